@@ -1,0 +1,4 @@
+"""HTML routes of the annotation app."""
+
+app_name = "annotation"
+urlpatterns: list = []

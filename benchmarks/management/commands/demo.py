@@ -1,0 +1,103 @@
+"""``demo``: load the demo benchmarks and accounts (idempotent)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import transaction
+
+from annotation.services import annotator_group_ensure
+from benchmarks.models import Dataset, Protocol
+from benchmarks.services import dataset_import, run_import
+from benchmarks.synthetic import SyntheticSpec, write_benchmark
+
+DEMO_DIR = Path(__file__).resolve().parents[2] / "demo_data"
+ADMIN = ("admin", "admin-demo-password")
+ANNOTATORS = [(f"annotator{i}", "annotator-demo-password") for i in (1, 2, 3)]
+
+
+class Command(BaseCommand):
+    help = "Load the demo data (tiny + a generated benchmark) and demo accounts. Idempotent."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--if-empty",
+            action="store_true",
+            help="do nothing if any dataset exists (used by `make run` on every start)",
+        )
+
+    def handle(self, *args: object, **opts: object) -> None:
+        if opts["if_empty"] and Dataset.objects.exists():
+            self.stdout.write("Demo: datasets exist already, nothing loaded.")
+            return
+        with transaction.atomic():
+            self._load_tiny()
+            self._load_generated()
+            self._accounts()
+        self.stdout.write(self.style.SUCCESS("Demo loaded."))
+        self.print_logins(self.stdout)
+
+    @staticmethod
+    def print_logins(out) -> None:
+        out.write("Demo logins (development passwords; change them for any shared install):")
+        out.write(f"  admin:     {ADMIN[0]} / {ADMIN[1]}")
+        for name, password in ANNOTATORS:
+            out.write(f"  annotator: {name} / {password}")
+
+    def _load_tiny(self) -> None:
+        if Dataset.objects.filter(name="tiny").exists():
+            return
+        tiny = DEMO_DIR / "tiny"
+        dataset = dataset_import(
+            name="tiny",
+            corpus=tiny / "corpus.jsonl",
+            queries=tiny / "queries.jsonl",
+            qrels=tiny / "qrels.tsv",
+            pools=tiny / "pools.tsv",
+            description="The reference implementation's 3-query tiny data set.",
+        )
+        for system in ("bm25", "reranker"):
+            run_import(dataset=dataset, system_name=system, path=tiny / f"{system}.trec")
+        self.stdout.write("Demo: loaded dataset 'tiny' (3 queries, 24 documents, 2 systems).")
+
+    def _load_generated(self) -> None:
+        name = "demo-synthetic"
+        if Dataset.objects.filter(name=name).exists():
+            return
+        spec = SyntheticSpec()
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = write_benchmark(tmp, spec)
+            dataset = dataset_import(
+                name=name,
+                corpus=paths["corpus"],
+                queries=paths["queries"],
+                qrels=paths["qrels"],
+                pools=paths["pools"],
+                protocol=Protocol.PLAIN,
+                description=(
+                    f"Generated: {spec.n_queries} queries x {spec.docs_per_query} documents, "
+                    "sparse binary qrels, 4 systems of decreasing quality."
+                ),
+            )
+            for system, path in paths["runs"].items():
+                run_import(dataset=dataset, system_name=system, path=path)
+        self.stdout.write(f"Demo: loaded dataset {name!r}.")
+
+    def _accounts(self) -> None:
+        User = get_user_model()
+        admin, _ = User.objects.get_or_create(username=ADMIN[0], defaults={"email": "admin@example.org"})
+        admin.is_staff = admin.is_superuser = True
+        admin.set_password(ADMIN[1])
+        admin.save(update_fields=["is_staff", "is_superuser", "password"])
+        group = annotator_group_ensure()
+        for name, password in ANNOTATORS:
+            user, _ = User.objects.get_or_create(username=name)
+            user.set_password(password)
+            user.save(update_fields=["password"])
+            user.groups.add(group)
+        if not settings.DEBUG:
+            self.stderr.write("Warning: demo accounts with known passwords on a DEBUG=off install.")

@@ -1,0 +1,1 @@
+"""admin of the calibration app."""

@@ -1,0 +1,1 @@
+"""apis of the calibration app."""

@@ -1,0 +1,1 @@
+"""Models of the calibration app (filled in by its issue; the app is wired in from the start)."""

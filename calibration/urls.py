@@ -1,0 +1,4 @@
+"""HTML routes of the calibration app."""
+
+app_name = "calibration"
+urlpatterns: list = []

@@ -1,0 +1,1 @@
+"""selectors of the judging app."""

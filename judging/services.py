@@ -1,0 +1,1 @@
+"""services of the judging app."""

@@ -1,0 +1,4 @@
+"""HTML routes of the judging app."""
+
+app_name = "judging"
+urlpatterns: list = []

@@ -1,0 +1,194 @@
+"""The one settings module. Every value comes from the environment (django-environ).
+
+Defaults are safe for development on a bare machine: SQLite under ``var/``, a Celery
+broker that needs no server (kombu's filesystem transport under ``var/celery``), and
+DEBUG on. Production differs only in environment values (see ``.env.example``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(environ.Env().str("RCP_VAR_DIR", default=str(BASE_DIR / "var")))
+
+env = environ.Env()
+env_file = BASE_DIR / ".env"
+if env_file.exists():
+    environ.Env.read_env(env_file)
+
+# ---------------------------------------------------------------------------- CORE
+DEBUG = env.bool("DEBUG", default=True)
+_DEV_SECRET_KEY = "dev-insecure-secret-key-only-for-DEBUG"
+SECRET_KEY = env.str("SECRET_KEY", default="")
+if not SECRET_KEY:
+    if not DEBUG:
+        # A guessable key in production would let anyone forge sessions.
+        raise ImproperlyConfigured(
+            "SECRET_KEY is not set. Set the SECRET_KEY environment variable "
+            "(required when DEBUG is off)."
+        )
+    SECRET_KEY = _DEV_SECRET_KEY
+ALLOWED_HOSTS = env.list(
+    "ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
+)
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# Keyed one-way hashing of annotator identities in releases. Kept outside the database.
+RELEASE_HASH_KEY = env.str(
+    "RELEASE_HASH_KEY", default="dev-release-hash-key" if DEBUG else ""
+)
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "benchmarks",
+    "judging",
+    "calibration",
+    "annotation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rcp_platform.urls"
+WSGI_APPLICATION = "rcp_platform.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# ---------------------------------------------------------------------------- DATABASE
+DATABASES = {
+    "default": env.db(
+        "DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'rcp.sqlite3'}"
+    ),
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    if DATABASES["default"]["NAME"] not in ("", ":memory:"):
+        Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Web server and worker share the file: wait for locks instead of failing,
+    # and take the write lock at BEGIN so concurrent writers queue cleanly.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+    )
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# ---------------------------------------------------------------------------- CACHE
+CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
+
+# ---------------------------------------------------------------------------- AUTH
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+# ---------------------------------------------------------------------------- I18N
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+# ---------------------------------------------------------------------------- STATIC
+STATIC_URL = "static/"
+STATIC_ROOT = env.path("STATIC_ROOT", default=str(BASE_DIR / "staticfiles"))
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"
+        if not DEBUG
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+MEDIA_ROOT = env.path("MEDIA_ROOT", default=str(VAR_DIR / "media"))
+FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 50 * 1024 * 1024
+
+# ---------------------------------------------------------------------------- DRF
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rcp_platform.api.IsStaffOrReviewerReadOnly"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "rcp_platform.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "RCP Platform API",
+    "DESCRIPTION": "Calibrated relevance evaluation of search rerankers.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# ---------------------------------------------------------------------------- CELERY
+# Embedded default: kombu's filesystem transport needs no server, so `make run`
+# starts a real background worker on a bare machine.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+_BROKER_DIR = VAR_DIR / "celery" / "broker"
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {
+        "data_folder_in": str(_BROKER_DIR),
+        "data_folder_out": str(_BROKER_DIR),
+        "processed_folder": str(VAR_DIR / "celery" / "processed"),
+        "store_processed": False,
+    }
+    if CELERY_BROKER_URL.startswith("filesystem")
+    else {}
+)
+CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=None)
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=3600)
+CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=3900)
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+
+# ---------------------------------------------------------------------------- LLM PROVIDERS
+# Judges name the environment variable that holds their API key (never the key itself).
+JUDGE_DEFAULT_TIMEOUT = env.float("JUDGE_DEFAULT_TIMEOUT", default=120.0)
+
+# ---------------------------------------------------------------------------- LOGGING
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

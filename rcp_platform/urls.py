@@ -1,0 +1,26 @@
+"""Root URLs: HTML pages per app, the API under /api/v1/, OpenAPI schema and docs."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import ObtainAuthToken
+
+from benchmarks import urls as benchmarks_urls
+from benchmarks import views as benchmarks_views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path(
+        "api/v1/auth/token",
+        ObtainAuthToken.as_view(permission_classes=[]),
+        name="api-token",
+    ),
+    path("api/v1/", include((benchmarks_urls.api_urlpatterns, "benchmarks-api"))),
+    path("benchmarks/", include("benchmarks.urls")),
+    path("", benchmarks_views.home, name="home"),
+]
