@@ -7,8 +7,8 @@ from pathlib import Path
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -59,28 +59,32 @@ class _PagedListApi(APIView):
 
 
 class QueryListApi(_PagedListApi):
-    class Output(serializers.Serializer):
+    class QueryOutput(serializers.Serializer):
         id = serializers.CharField(source="external_id")
         text = serializers.CharField()
         n_pool = serializers.IntegerField()
         n_qrels = serializers.IntegerField()
 
-    @extend_schema(responses=Output(many=True))
+    @extend_schema(responses=QueryOutput(many=True))
     def get(self, request: Request, dataset: str) -> Response:
         obj = selectors.dataset_get(user=request.user, ref=dataset)
-        return self.paginate(request, selectors.query_list(dataset=obj), self.Output)
+        return self.paginate(
+            request, selectors.query_list(dataset=obj), self.QueryOutput
+        )
 
 
 class DocumentListApi(_PagedListApi):
-    class Output(serializers.Serializer):
+    class DocumentOutput(serializers.Serializer):
         id = serializers.CharField(source="external_id")
         title = serializers.CharField()
         text = serializers.CharField()
 
-    @extend_schema(responses=Output(many=True))
+    @extend_schema(responses=DocumentOutput(many=True))
     def get(self, request: Request, dataset: str) -> Response:
         obj = selectors.dataset_get(user=request.user, ref=dataset)
-        return self.paginate(request, selectors.document_list(dataset=obj), self.Output)
+        return self.paginate(
+            request, selectors.document_list(dataset=obj), self.DocumentOutput
+        )
 
 
 class SystemOutput(serializers.Serializer):
@@ -106,7 +110,9 @@ class RunUploadApi(APIView):
         system = serializers.CharField(max_length=200)
         file = serializers.FileField()
         replace = serializers.BooleanField(default=False)
-        description = serializers.CharField(required=False, allow_blank=True, default="")
+        description = serializers.CharField(
+            required=False, allow_blank=True, default=""
+        )
 
     @extend_schema(request=Input, responses={201: SystemOutput})
     def post(self, request: Request, dataset: str) -> Response:
@@ -121,12 +127,20 @@ class RunUploadApi(APIView):
             with open(path, "wb") as out:
                 for chunk in upload.chunks():
                     out.write(chunk)
-            system = services.run_import(
-                dataset=obj,
-                system_name=data.validated_data["system"],
-                path=path,
-                description=data.validated_data["description"],
-                replace=data.validated_data["replace"],
-            )
+            try:
+                system = services.run_import(
+                    dataset=obj,
+                    system_name=data.validated_data["system"],
+                    path=path,
+                    description=data.validated_data["description"],
+                    replace=data.validated_data["replace"],
+                )
+            except services.ImportFailed as exc:
+                # Name the file as the user sent it, not our temporary copy.
+                raise services.ImportFailed(
+                    exc.message.replace(str(path), upload.name),
+                    path=upload.name,
+                    line=exc.line,
+                ) from exc
         system = selectors.system_list(dataset=obj).get(pk=system.pk)
         return Response(SystemOutput(system).data, status=status.HTTP_201_CREATED)

@@ -96,7 +96,9 @@ def _lines(path: str | Path) -> Iterator[tuple[int, str]]:
             try:
                 raw = handle.readline()
             except UnicodeDecodeError as exc:
-                raise FormatError(path, lineno + 1, f"not valid UTF-8 ({exc.reason})") from exc
+                raise FormatError(
+                    path, lineno + 1, f"not valid UTF-8 ({exc.reason})"
+                ) from exc
             except (OSError, EOFError) as exc:  # truncated or corrupt gzip stream
                 raise FormatError(path, lineno + 1, f"cannot read file: {exc}") from exc
             if not raw:
@@ -123,13 +125,17 @@ def _json_object(path: str | Path, lineno: int, line: str) -> dict:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise FormatError(path, lineno, f"bad JSON: {exc.msg} (column {exc.colno})") from exc
+        raise FormatError(
+            path, lineno, f"bad JSON: {exc.msg} (column {exc.colno})"
+        ) from exc
     if not isinstance(obj, dict):
         raise FormatError(path, lineno, "expected a JSON object")
     return obj
 
 
-def _text_field(obj: dict, key: str, path: str | Path, lineno: int, required: bool) -> str:
+def _text_field(
+    obj: dict, key: str, path: str | Path, lineno: int, required: bool
+) -> str:
     if key not in obj or obj[key] is None:
         if required:
             raise FormatError(path, lineno, f"missing field {key!r}")
@@ -182,7 +188,9 @@ def _integer(value: str, path: str | Path, lineno: int, field: str) -> int:
     try:
         return int(value)
     except ValueError:
-        raise FormatError(path, lineno, f"{field} {value!r} is not an integer") from None
+        raise FormatError(
+            path, lineno, f"{field} {value!r} is not an integer"
+        ) from None
 
 
 def _is_number(value: str) -> bool:
@@ -217,7 +225,9 @@ def iter_qrels(path: str | Path) -> Iterator[QrelRecord]:
             columns = len(fields)
         if len(fields) != columns:
             raise FormatError(
-                path, lineno, f"wrong column count: expected {columns}, found {len(fields)}"
+                path,
+                lineno,
+                f"wrong column count: expected {columns}, found {len(fields)}",
             )
         if columns == 3:
             qid, docid, grade = fields
@@ -291,10 +301,14 @@ def rank_run(
         docs = seen.setdefault(rec.query_id, set())
         if rec.doc_id in docs:
             raise FormatError(
-                path, rec.line, f"duplicate document {rec.doc_id!r} for query {rec.query_id!r}"
+                path,
+                rec.line,
+                f"duplicate document {rec.doc_id!r} for query {rec.query_id!r}",
             )
         docs.add(rec.doc_id)
-        by_query.setdefault(rec.query_id, []).append((-rec.score, rec.rank, rec.doc_id, rec.line))
+        by_query.setdefault(rec.query_id, []).append(
+            (-rec.score, rec.rank, rec.doc_id, rec.line)
+        )
     ranked: dict[str, list[tuple[str, float, int]]] = {}
     for qid, entries in by_query.items():
         entries.sort(key=lambda e: (e[0], e[1]))

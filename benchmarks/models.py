@@ -35,7 +35,9 @@ class Dataset(models.Model):
 
 
 class Query(models.Model):
-    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="queries")
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="queries"
+    )
     external_id = models.CharField(max_length=200)
     text = models.TextField()
 
@@ -85,31 +87,48 @@ class PoolEntry(models.Model):
         verbose_name_plural = "pool entries"
         ordering = ["query_id", "rank"]
         constraints = [
-            models.UniqueConstraint(fields=["query", "document"], name="pool_unique_doc"),
-            models.CheckConstraint(condition=models.Q(rank__gte=1), name="pool_rank_positive"),
+            models.UniqueConstraint(
+                fields=["query", "document"], name="pool_unique_doc"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(rank__gte=1), name="pool_rank_positive"
+            ),
         ]
         indexes = [models.Index(fields=["query", "rank"], name="pool_query_rank")]
+
+    def __str__(self) -> str:
+        # Ids only: a __str__ that follows relations would cost a query per row.
+        return f"query {self.query_id} / doc {self.document_id} @ {self.rank}"
 
 
 class Qrel(models.Model):
     """A graded human relevance label."""
 
     query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="qrels")
-    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="qrels")
+    document = models.ForeignKey(
+        Document, on_delete=models.CASCADE, related_name="qrels"
+    )
     grade = models.FloatField()
 
     class Meta:
         ordering = ["query_id", "document_id"]
         constraints = [
-            models.UniqueConstraint(fields=["query", "document"], name="qrel_unique_doc")
+            models.UniqueConstraint(
+                fields=["query", "document"], name="qrel_unique_doc"
+            )
         ]
         indexes = [models.Index(fields=["document"], name="qrel_document")]
+
+    def __str__(self) -> str:
+        return f"query {self.query_id} / doc {self.document_id} = {self.grade:g}"
 
 
 class System(models.Model):
     """A reranker (or retriever) whose rankings are evaluated."""
 
-    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="systems")
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="systems"
+    )
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -117,7 +136,9 @@ class System(models.Model):
     class Meta:
         ordering = ["dataset_id", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["dataset", "name"], name="system_unique_name")
+            models.UniqueConstraint(
+                fields=["dataset", "name"], name="system_unique_name"
+            )
         ]
 
     def __str__(self) -> str:
@@ -127,7 +148,9 @@ class System(models.Model):
 class RankingEntry(models.Model):
     """One document in a system's ranking of a query. ``rank`` is 1-based, by score."""
 
-    system = models.ForeignKey(System, on_delete=models.CASCADE, related_name="rankings")
+    system = models.ForeignKey(
+        System, on_delete=models.CASCADE, related_name="rankings"
+    )
     query = models.ForeignKey(Query, on_delete=models.CASCADE, related_name="rankings")
     document = models.ForeignKey(
         Document, on_delete=models.CASCADE, related_name="rankings"
@@ -147,5 +170,10 @@ class RankingEntry(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["system", "query", "rank"], name="ranking_system_query_rank")
+            models.Index(
+                fields=["system", "query", "rank"], name="ranking_system_query_rank"
+            )
         ]
+
+    def __str__(self) -> str:
+        return f"system {self.system_id} / query {self.query_id} / doc {self.document_id} @ {self.rank}"

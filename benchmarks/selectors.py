@@ -74,7 +74,11 @@ def system_list(*, dataset: Dataset) -> QuerySet[System]:
 
 def query_pool(*, query: Query) -> QuerySet[PoolEntry]:
     """A query's candidate pool in pool-rank order, with documents and qrels joined."""
-    return PoolEntry.objects.filter(query=query).select_related("document").order_by("rank")
+    return (
+        PoolEntry.objects.filter(query=query)
+        .select_related("document")
+        .order_by("rank")
+    )
 
 
 def system_ranking(*, system: System, query: Query) -> QuerySet[RankingEntry]:

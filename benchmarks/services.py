@@ -18,7 +18,16 @@ from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from . import formats
 from .formats import FormatError
-from .models import Dataset, Document, PoolEntry, Protocol, Qrel, Query, RankingEntry, System
+from .models import (
+    Dataset,
+    Document,
+    PoolEntry,
+    Protocol,
+    Qrel,
+    Query,
+    RankingEntry,
+    System,
+)
 
 BATCH_SIZE = 5000
 T = TypeVar("T")
@@ -28,7 +37,9 @@ ProgressFn = Callable[[str, int], None]
 class ImportFailed(ApplicationError):
     """An import was refused; nothing was written. ``path``/``line`` locate the problem."""
 
-    def __init__(self, message: str, *, path: str | None = None, line: int | None = None):
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None
+    ):
         super().__init__(message, extra={"path": path, "line": line})
         self.path = path
         self.line = line
@@ -142,7 +153,9 @@ def _unknown_id_error(
                 f"{kind} {value!r} (line {line}) but the dataset has ids like query "
                 f"{ids.example_query()!r} and document {ids.example_document()!r}",
             )
-    return _fail(path, line, f"unknown {kind} {value!r} (not in dataset {ids.dataset.name!r})")
+    return _fail(
+        path, line, f"unknown {kind} {value!r} (not in dataset {ids.dataset.name!r})"
+    )
 
 
 def _resolve_pairs(
@@ -184,7 +197,9 @@ def _import_documents(dataset: Dataset, path: Path, progress: ProgressFn) -> int
         _insert(
             Document,
             [
-                Document(dataset=dataset, external_id=r.doc_id, title=r.title, text=r.text)
+                Document(
+                    dataset=dataset, external_id=r.doc_id, title=r.title, text=r.text
+                )
                 for r in batch
             ],
             keys=[(r.doc_id,) for r in batch],
@@ -208,7 +223,10 @@ def _import_queries(dataset: Dataset, path: Path, progress: ProgressFn) -> int:
     for batch in _batches(formats.iter_queries(path), BATCH_SIZE):
         _insert(
             Query,
-            [Query(dataset=dataset, external_id=r.query_id, text=r.text) for r in batch],
+            [
+                Query(dataset=dataset, external_id=r.query_id, text=r.text)
+                for r in batch
+            ],
             keys=[(r.query_id,) for r in batch],
             lines=[r.line for r in batch],
             path=path,
@@ -306,7 +324,9 @@ def _ranked_records(path: Path, depth: int | None) -> Iterator[formats.RunRecord
     """A run as records re-ranked by score (ties: file rank); ``rank`` is the new rank."""
     ranked = formats.rank_run(formats.iter_run(path), path)
     for qid, entries in ranked.items():
-        for rank, (doc_id, score, line) in enumerate(entries[:depth] if depth else entries, 1):
+        for rank, (doc_id, score, line) in enumerate(
+            entries[:depth] if depth else entries, 1
+        ):
             yield formats.RunRecord(line, qid, doc_id, rank, score)
 
 

@@ -44,8 +44,16 @@ SUBJECTS = [
 ]
 QUESTIONS = ["how do {s} work", "why do {s} matter", "what are {s}", "facts about {s}"]
 ASPECTS = [
-    "history", "cost", "safety", "environmental impact", "future", "common myths",
-    "science", "everyday uses", "risks", "best practices",
+    "history",
+    "cost",
+    "safety",
+    "environmental impact",
+    "future",
+    "common myths",
+    "science",
+    "everyday uses",
+    "risks",
+    "best practices",
 ]
 
 
@@ -68,7 +76,9 @@ class SyntheticSpec:
     gzip: bool = False
 
 
-def _doc_text(rng: np.random.Generator, subject: tuple[str, str], relevant: bool, i: int) -> tuple[str, str]:
+def _doc_text(
+    rng: np.random.Generator, subject: tuple[str, str], relevant: bool, i: int
+) -> tuple[str, str]:
     name, fact = subject
     aspect = ASPECTS[int(rng.integers(len(ASPECTS)))]
     if relevant:
@@ -86,7 +96,9 @@ def _doc_text(rng: np.random.Generator, subject: tuple[str, str], relevant: bool
     return title, text
 
 
-def write_benchmark(out_dir: str | Path, spec: SyntheticSpec = SyntheticSpec()) -> dict[str, Path]:
+def write_benchmark(
+    out_dir: str | Path, spec: SyntheticSpec = SyntheticSpec()
+) -> dict[str, Path]:
     """Write corpus/queries/qrels/pools and one run per system into ``out_dir``.
 
     Deterministic for a given spec. Returns the paths by role (``runs`` maps system
@@ -99,7 +111,11 @@ def write_benchmark(out_dir: str | Path, spec: SyntheticSpec = SyntheticSpec()) 
 
     def opener(name: str):
         path = out / f"{name}{ext}"
-        return path, (gzip.open(path, "wt", encoding="utf-8") if spec.gzip else open(path, "w", encoding="utf-8"))
+        return path, (
+            gzip.open(path, "wt", encoding="utf-8")
+            if spec.gzip
+            else open(path, "w", encoding="utf-8")
+        )
 
     paths: dict = {"runs": {}}
     n_docs = spec.n_queries * spec.docs_per_query
@@ -112,31 +128,56 @@ def write_benchmark(out_dir: str | Path, spec: SyntheticSpec = SyntheticSpec()) 
         qrels.write("query-id\tcorpus-id\tscore\n")
         for q in range(spec.n_queries):
             subject = SUBJECTS[q % len(SUBJECTS)]
-            question = QUESTIONS[(q // len(SUBJECTS)) % len(QUESTIONS)].format(s=subject[0])
+            question = QUESTIONS[(q // len(SUBJECTS)) % len(QUESTIONS)].format(
+                s=subject[0]
+            )
             qid = f"q{q + 1}"
             queries.write(json.dumps({"_id": qid, "text": question}) + "\n")
-            relevant = set(rng.choice(spec.docs_per_query, spec.relevant_per_query, replace=False).tolist())
+            relevant = set(
+                rng.choice(
+                    spec.docs_per_query, spec.relevant_per_query, replace=False
+                ).tolist()
+            )
             own = [q * spec.docs_per_query + i for i in range(spec.docs_per_query)]
             for i, doc in enumerate(own):
                 title, text = _doc_text(rng, subject, i in relevant, doc)
-                corpus.write(json.dumps({"_id": f"d{doc + 1}", "title": title, "text": text}) + "\n")
+                corpus.write(
+                    json.dumps({"_id": f"d{doc + 1}", "title": title, "text": text})
+                    + "\n"
+                )
                 if i in relevant:
                     qrels.write(f"{qid}\td{doc + 1}\t1\n")
             extra = max(0, spec.pool_depth - len(own))
-            others = rng.choice(n_docs, size=min(extra * 2, n_docs), replace=False).tolist() if extra else []
+            others = (
+                rng.choice(n_docs, size=min(extra * 2, n_docs), replace=False).tolist()
+                if extra
+                else []
+            )
             others = [d for d in others if d // spec.docs_per_query != q][:extra]
             pool = own[: spec.pool_depth] + others
             for rank, doc in enumerate(pool, 1):
                 pools.write(f"{qid}\td{doc + 1}\t{rank}\n")
-            rel = np.array([1.0 if d // spec.docs_per_query == q and (d % spec.docs_per_query) in relevant else 0.0 for d in pool])
+            rel = np.array(
+                [
+                    1.0
+                    if d // spec.docs_per_query == q
+                    and (d % spec.docs_per_query) in relevant
+                    else 0.0
+                    for d in pool
+                ]
+            )
             for name, quality in spec.systems:
                 scores = quality * rel + rng.normal(0.0, 1.0, len(pool))
                 order = np.argsort(-scores, kind="stable")
                 handle = run_files[name][1]
                 for rank, j in enumerate(order, 1):
-                    handle.write(f"{qid} Q0 d{pool[j] + 1} {rank} {scores[j]:.4f} {name}\n")
+                    handle.write(
+                        f"{qid} Q0 d{pool[j] + 1} {rank} {scores[j]:.4f} {name}\n"
+                    )
     for name, (path, handle) in run_files.items():
         handle.close()
         paths["runs"][name] = path
-    paths.update(corpus=corpus_path, queries=queries_path, qrels=qrels_path, pools=pools_path)
+    paths.update(
+        corpus=corpus_path, queries=queries_path, qrels=qrels_path, pools=pools_path
+    )
     return paths

@@ -17,13 +17,21 @@ urlpatterns = [
 # Mounted under /api/v1/ by rcp_platform/urls.py (namespace ``benchmarks-api``).
 api_urlpatterns = [
     path("datasets", apis.DatasetListApi.as_view(), name="dataset-list"),
-    path("datasets/<str:dataset>", apis.DatasetDetailApi.as_view(), name="dataset-detail"),
-    path("datasets/<str:dataset>/queries", apis.QueryListApi.as_view(), name="query-list"),
+    path(
+        "datasets/<str:dataset>", apis.DatasetDetailApi.as_view(), name="dataset-detail"
+    ),
+    path(
+        "datasets/<str:dataset>/queries", apis.QueryListApi.as_view(), name="query-list"
+    ),
     path(
         "datasets/<str:dataset>/documents",
         apis.DocumentListApi.as_view(),
         name="document-list",
     ),
-    path("datasets/<str:dataset>/systems", apis.SystemListApi.as_view(), name="system-list"),
+    path(
+        "datasets/<str:dataset>/systems",
+        apis.SystemListApi.as_view(),
+        name="system-list",
+    ),
     path("datasets/<str:dataset>/runs", apis.RunUploadApi.as_view(), name="run-upload"),
 ]

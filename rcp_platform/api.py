@@ -38,7 +38,9 @@ class IsStaffOrReviewerReadOnly(permissions.BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
         if request.method in permissions.SAFE_METHODS:
             return can_read_benchmarks(request.user)
-        return bool(request.user and request.user.is_authenticated and request.user.is_staff)
+        return bool(
+            request.user and request.user.is_authenticated and request.user.is_staff
+        )
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -62,8 +64,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        response.data = {"message": "Validation error", "extra": {"fields": response.data}}
+        response.data = {
+            "message": "Validation error",
+            "extra": {"fields": response.data},
+        }
     else:
-        detail = response.data.get("detail", "") if isinstance(response.data, dict) else ""
+        detail = (
+            response.data.get("detail", "") if isinstance(response.data, dict) else ""
+        )
         response.data = {"message": str(detail), "extra": {}}
     return response

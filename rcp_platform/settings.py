@@ -53,6 +53,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "benchmarks",
     "judging",
     "calibration",
@@ -90,9 +91,7 @@ TEMPLATES = [
 
 # ---------------------------------------------------------------------------- DATABASE
 DATABASES = {
-    "default": env.db(
-        "DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'rcp.sqlite3'}"
-    ),
+    "default": env.db("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'rcp.sqlite3'}"),
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     if DATABASES["default"]["NAME"] not in ("", ":memory:"):
@@ -100,7 +99,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Web server and worker share the file: wait for locks instead of failing,
     # and take the write lock at BEGIN so concurrent writers queue cleanly.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"timeout": 30, "transaction_mode": "IMMEDIATE", "init_command": "PRAGMA journal_mode=WAL;"}
+        {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL;",
+        }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -154,6 +157,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Calibrated relevance evaluation of search rerankers.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rcp_platform.api.IsStaffOrReviewerReadOnly"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # ---------------------------------------------------------------------------- CELERY

@@ -14,7 +14,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path(
+        "api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"
+    ),
     path(
         "api/v1/auth/token",
         ObtainAuthToken.as_view(permission_classes=[]),

@@ -29,21 +29,35 @@ def main() -> int:
     _step([*MANAGE, "migrate", "--noinput", "-v", "0"])
     _step([*MANAGE, "demo", "--if-empty"])
     children = {
-        "web": subprocess.Popen([*MANAGE, "runserver", "--noreload", f"{host}:{port}"], cwd=ROOT),
+        "web": subprocess.Popen(
+            [*MANAGE, "runserver", "--noreload", f"{host}:{port}"], cwd=ROOT
+        ),
         "worker": subprocess.Popen(
-            [str(BIN / "celery"), "-A", "rcp_platform", "worker", "--loglevel=info",
-             "--concurrency=2", "--hostname=embedded@%h"],
+            [
+                str(BIN / "celery"),
+                "-A",
+                "rcp_platform",
+                "worker",
+                "--loglevel=info",
+                "--concurrency=2",
+                "--hostname=embedded@%h",
+            ],
             cwd=ROOT,
         ),
     }
     sys.path.insert(0, str(ROOT))
     from benchmarks.management.commands.demo import ADMIN, ANNOTATORS
 
-    print(f"\nRCP Platform: http://{host}:{port}/  (API docs: http://{host}:{port}/api/docs/)", flush=True)
+    print(
+        f"\nRCP Platform: http://{host}:{port}/  (API docs: http://{host}:{port}/api/docs/)",
+        flush=True,
+    )
     print(f"  admin login:     {ADMIN[0]} / {ADMIN[1]}", flush=True)
     for name, password in ANNOTATORS:
         print(f"  annotator login: {name} / {password}", flush=True)
-    print("Web server and Celery worker running; press Ctrl-C to stop both.\n", flush=True)
+    print(
+        "Web server and Celery worker running; press Ctrl-C to stop both.\n", flush=True
+    )
 
     stopping = False
 
@@ -57,12 +71,17 @@ def main() -> int:
     while not stopping:
         for name, proc in children.items():
             if proc.poll() is not None:
-                print(f"{name} exited with code {proc.returncode}; stopping.", file=sys.stderr)
+                print(
+                    f"{name} exited with code {proc.returncode}; stopping.",
+                    file=sys.stderr,
+                )
                 stopping, code = True, proc.returncode or 1
         time.sleep(0.3)
     for proc in children.values():
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)  # Celery: warm shutdown, finishes the current task
+            proc.send_signal(
+                signal.SIGTERM
+            )  # Celery: warm shutdown, finishes the current task
     deadline = time.monotonic() + 20
     for proc in children.values():
         try:

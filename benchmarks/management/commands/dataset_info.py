@@ -20,12 +20,21 @@ class Command(BaseCommand):
     def handle(self, *args: object, **opts: object) -> None:
         dataset = Dataset.objects.filter(name=opts["name"]).first()
         if dataset is None:
-            known = ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none"
-            raise CommandError(f"dataset {opts['name']!r} does not exist (known: {known})")
+            known = (
+                ", ".join(Dataset.objects.values_list("name", flat=True)[:20]) or "none"
+            )
+            raise CommandError(
+                f"dataset {opts['name']!r} does not exist (known: {known})"
+            )
         counts = dataset_counts(dataset=dataset)
         systems = list(dataset.systems.values_list("name", flat=True))
         if opts["json"]:
-            payload = {"name": dataset.name, "protocol": dataset.protocol, **counts, "system_names": systems}
+            payload = {
+                "name": dataset.name,
+                "protocol": dataset.protocol,
+                **counts,
+                "system_names": systems,
+            }
             self.stdout.write(json.dumps(payload, indent=2))
             return
         self.stdout.write(f"{dataset.name} (protocol {dataset.protocol})")

@@ -43,7 +43,9 @@ class Command(BaseCommand):
 
     @staticmethod
     def print_logins(out) -> None:
-        out.write("Demo logins (development passwords; change them for any shared install):")
+        out.write(
+            "Demo logins (development passwords; change them for any shared install):"
+        )
         out.write(f"  admin:     {ADMIN[0]} / {ADMIN[1]}")
         for name, password in ANNOTATORS:
             out.write(f"  annotator: {name} / {password}")
@@ -61,8 +63,12 @@ class Command(BaseCommand):
             description="The reference implementation's 3-query tiny data set.",
         )
         for system in ("bm25", "reranker"):
-            run_import(dataset=dataset, system_name=system, path=tiny / f"{system}.trec")
-        self.stdout.write("Demo: loaded dataset 'tiny' (3 queries, 24 documents, 2 systems).")
+            run_import(
+                dataset=dataset, system_name=system, path=tiny / f"{system}.trec"
+            )
+        self.stdout.write(
+            "Demo: loaded dataset 'tiny' (3 queries, 24 documents, 2 systems)."
+        )
 
     def _load_generated(self) -> None:
         name = "demo-synthetic"
@@ -89,7 +95,9 @@ class Command(BaseCommand):
 
     def _accounts(self) -> None:
         User = get_user_model()
-        admin, _ = User.objects.get_or_create(username=ADMIN[0], defaults={"email": "admin@example.org"})
+        admin, _ = User.objects.get_or_create(
+            username=ADMIN[0], defaults={"email": "admin@example.org"}
+        )
         admin.is_staff = admin.is_superuser = True
         admin.set_password(ADMIN[1])
         admin.save(update_fields=["is_staff", "is_superuser", "password"])
@@ -100,4 +108,6 @@ class Command(BaseCommand):
             user.save(update_fields=["password"])
             user.groups.add(group)
         if not settings.DEBUG:
-            self.stderr.write("Warning: demo accounts with known passwords on a DEBUG=off install.")
+            self.stderr.write(
+                "Warning: demo accounts with known passwords on a DEBUG=off install."
+            )

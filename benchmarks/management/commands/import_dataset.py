@@ -21,13 +21,21 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True)
         parser.add_argument("--corpus", required=True, help="corpus.jsonl[.gz]")
         parser.add_argument("--queries", required=True, help="queries.jsonl[.gz]")
-        parser.add_argument("--qrels", help="qrels TSV (BEIR, with header) or TREC qrels")
+        parser.add_argument(
+            "--qrels", help="qrels TSV (BEIR, with header) or TREC qrels"
+        )
         parser.add_argument("--pools", help="pools TSV: qid<TAB>docid<TAB>rank")
-        parser.add_argument("--pool-from-run", help="TREC run whose top --depth is the pool")
+        parser.add_argument(
+            "--pool-from-run", help="TREC run whose top --depth is the pool"
+        )
         parser.add_argument("--depth", type=int, help="pool depth with --pool-from-run")
-        parser.add_argument("--protocol", default=Protocol.PLAIN, choices=Protocol.values)
+        parser.add_argument(
+            "--protocol", default=Protocol.PLAIN, choices=Protocol.values
+        )
         parser.add_argument("--description", default="")
-        parser.add_argument("--replace", action="store_true", help="replace an existing dataset")
+        parser.add_argument(
+            "--replace", action="store_true", help="replace an existing dataset"
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         progress = Progress(self.stderr._out)
@@ -48,5 +56,7 @@ class Command(BaseCommand):
         except ApplicationError as exc:
             raise CommandError(f"{exc.message}\nNothing was imported.") from exc
         self.stdout.write(
-            self.style.SUCCESS(f"Imported dataset {dataset.name!r}: {progress.summary()}")
+            self.style.SUCCESS(
+                f"Imported dataset {dataset.name!r}: {progress.summary()}"
+            )
         )

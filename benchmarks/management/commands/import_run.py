@@ -18,7 +18,9 @@ class Command(BaseCommand):
         parser.add_argument("--dataset", required=True)
         parser.add_argument("--system", required=True)
         parser.add_argument("--description", default="")
-        parser.add_argument("--replace", action="store_true", help="replace an existing system")
+        parser.add_argument(
+            "--replace", action="store_true", help="replace an existing system"
+        )
         parser.add_argument("file", help="run file (.gz accepted)")
 
     def handle(self, *args: object, **opts: object) -> None:

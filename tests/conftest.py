@@ -1,0 +1,53 @@
+"""Shared fixtures: the fixed cast of users and API clients for each role."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import UserFactory
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+DEMO_TINY = REPO / "benchmarks" / "demo_data" / "tiny"
+
+
+@pytest.fixture
+def admin_user(db):
+    return UserFactory(username="alice", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def reviewer(db):
+    from django.contrib.auth.models import Permission
+
+    user = UserFactory(username="rita")
+    user.user_permissions.add(Permission.objects.get(codename="view_dataset"))
+    return user
+
+
+@pytest.fixture
+def annotator(db):
+    from annotation.services import annotator_group_ensure
+
+    user = UserFactory(username="bob")
+    user.groups.add(annotator_group_ensure())
+    return user
+
+
+@pytest.fixture
+def outsider(db):
+    return UserFactory(username="charlie")
+
+
+@pytest.fixture
+def api_client_for():
+    def make(user):
+        client = APIClient()
+        if user is not None:
+            client.force_authenticate(user=user)
+        return client
+
+    return make
