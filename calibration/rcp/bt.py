@@ -1,0 +1,187 @@
+"""Weighted soft-label Bradley-Terry fit for listwise tournament windows (Stage A).
+
+Conventions follow rcp_facts sections 1.1 and 1.2; see README.md beside this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import expit
+
+__all__ = [
+    "LABEL_CLIP",
+    "BT_L2",
+    "BTResult",
+    "aggregate_pairs",
+    "fit_bt",
+    "window_pair_weight",
+    "window_pairs",
+]
+
+LABEL_CLIP = (0.01, 0.99)
+BT_L2 = 1e-4
+
+
+def window_pair_weight(w: int) -> float:
+    """Pair weight in a window of ``w`` docs: 2 / max(w, 2), so w - 1 in total."""
+    return 2.0 / max(int(w), 2)
+
+
+def window_pairs(
+    doc_index: np.ndarray, scores: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """All unordered pairs of one window as (winners, losers, labels, weights).
+
+    ``doc_index[i]`` is the document shown at prompt position i, ``scores[i]`` its
+    judge score. Winner = higher score, label = clip(sigmoid(|ds|), 0.01, 0.99),
+    weight = 2 / max(w, 2); on an exact tie the earlier-listed document wins at 0.5.
+    """
+    doc_index = np.asarray(doc_index, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    if doc_index.ndim != 1 or doc_index.shape != scores.shape:
+        raise ValueError("doc_index and scores must be 1-D arrays of equal length")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("window scores must be finite")
+    w = doc_index.size
+    first, second = np.triu_indices(w, k=1)
+    diff = scores[first] - scores[second]
+    # diff >= 0 keeps the earlier-listed document as winner on an exact tie.
+    first_wins = diff >= 0
+    winners = np.where(first_wins, doc_index[first], doc_index[second])
+    losers = np.where(first_wins, doc_index[second], doc_index[first])
+    labels = np.clip(expit(np.abs(diff)), *LABEL_CLIP)
+    weights = np.full(first.size, window_pair_weight(w))
+    return winners, losers, labels, weights
+
+
+def aggregate_pairs(
+    winners: np.ndarray,
+    losers: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Collapse soft pairs to one row per unordered document pair.
+
+    Weights add and labels become weight-averaged (orientation-corrected), so the BT
+    objective, its gradient and the SE are unchanged. Rows are oriented so that
+    label >= 0.5 and sorted by (winner, loser); zero-weight pairs are dropped.
+    """
+    winners, losers, labels, weights = _as_pair_arrays(winners, losers, labels, weights)
+    lo = np.minimum(winners, losers)
+    hi = np.maximum(winners, losers)
+    # Probability that `lo` beats `hi`, whatever the row's orientation.
+    p_lo = np.where(winners == lo, labels, 1.0 - labels)
+    keys = np.stack([lo, hi], axis=1)
+    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.ravel()
+    total_w = np.bincount(inverse, weights=weights, minlength=len(uniq))
+    sum_wp = np.bincount(inverse, weights=weights * p_lo, minlength=len(uniq))
+    keep = total_w > 0
+    uniq, total_w, sum_wp = uniq[keep], total_w[keep], sum_wp[keep]
+    p = sum_wp / total_w
+    lo_wins = p >= 0.5
+    out_w = np.where(lo_wins, uniq[:, 0], uniq[:, 1])
+    out_l = np.where(lo_wins, uniq[:, 1], uniq[:, 0])
+    out_y = np.where(lo_wins, p, 1.0 - p)
+    order = np.lexsort((out_l, out_w))
+    return out_w[order], out_l[order], out_y[order], total_w[order]
+
+
+@dataclass(frozen=True)
+class BTResult:
+    """Fitted BT abilities: ``theta`` mean-zero over compared docs, ``se`` per doc,
+    ``raw`` the uncentred optimum (use as ``init`` for warm starts)."""
+
+    theta: np.ndarray
+    se: np.ndarray
+    raw: np.ndarray
+
+
+def fit_bt(
+    winners: np.ndarray,
+    losers: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray,
+    n_docs: int,
+    *,
+    l2: float = BT_L2,
+    init: np.ndarray | None = None,
+) -> BTResult:
+    """Weighted soft-label BT: minimise sum_k w_k BCE_k / sum_k w_k + l2/2 |raw|^2.
+
+    Pairs may be raw window rows or ``aggregate_pairs`` output (same optimum); the fit
+    aggregates internally. ``init`` is a previous ``raw`` (warm start). SE_i =
+    1/sqrt(sum_k w_k p_k(1-p_k) + l2) over i's comparisons (unnormalised weights).
+    Documents without comparisons get theta 0 and are excluded from the centring.
+    """
+    if n_docs < 0:
+        raise ValueError("n_docs must be non-negative")
+    winners, losers, labels, weights = _as_pair_arrays(winners, losers, labels, weights)
+    if winners.size and (
+        min(winners.min(), losers.min()) < 0
+        or max(winners.max(), losers.max()) >= n_docs
+    ):
+        raise ValueError("document index out of range [0, n_docs)")
+    if init is None:
+        x0 = np.zeros(n_docs)
+    else:
+        x0 = np.asarray(init, dtype=np.float64).copy()
+        if x0.shape != (n_docs,):
+            raise ValueError("init must have shape (n_docs,)")
+
+    win, los, y, w = aggregate_pairs(winners, losers, labels, weights)
+    compared = np.zeros(n_docs, dtype=bool)
+    compared[win] = True
+    compared[los] = True
+    if win.size == 0:
+        zeros = np.zeros(n_docs)
+        return BTResult(theta=zeros, se=np.full(n_docs, 1.0 / np.sqrt(l2)), raw=zeros)
+
+    total = w.sum()
+    wn = w / total
+
+    def objective(raw: np.ndarray) -> tuple[float, np.ndarray]:
+        d = raw[win] - raw[los]
+        # BCE(y, sigmoid(d)) = softplus(d) - y d, stable for large |d|.
+        loss = float(wn @ (np.logaddexp(0.0, d) - y * d)) + 0.5 * l2 * float(raw @ raw)
+        r = wn * (expit(d) - y)
+        grad = np.bincount(win, r, n_docs) - np.bincount(los, r, n_docs) + l2 * raw
+        return loss, grad
+
+    res = minimize(
+        objective,
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 2000, "maxcor": 100, "ftol": 1e-15, "gtol": 1e-11},
+    )
+    raw = np.where(compared, res.x, 0.0)
+    theta = np.where(compared, raw - raw[compared].mean(), 0.0)
+    p = expit(raw[win] - raw[los])
+    info = np.bincount(win, w * p * (1 - p), n_docs) + np.bincount(
+        los, w * p * (1 - p), n_docs
+    )
+    se = 1.0 / np.sqrt(info + l2)
+    return BTResult(theta=theta, se=se, raw=raw)
+
+
+def _as_pair_arrays(
+    winners: np.ndarray, losers: np.ndarray, labels: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    winners = np.asarray(winners, dtype=np.int64).ravel()
+    losers = np.asarray(losers, dtype=np.int64).ravel()
+    labels = np.asarray(labels, dtype=np.float64).ravel()
+    weights = np.asarray(weights, dtype=np.float64).ravel()
+    n = winners.size
+    if not (losers.size == labels.size == weights.size == n):
+        raise ValueError("winners, losers, labels and weights must have equal length")
+    if np.any(winners == losers):
+        raise ValueError("a document cannot be compared with itself")
+    if np.any((labels < 0) | (labels > 1)) or not np.all(np.isfinite(labels)):
+        raise ValueError("labels must lie in [0, 1]")
+    if np.any(weights < 0) or not np.all(np.isfinite(weights)):
+        raise ValueError("weights must be finite and non-negative")
+    return winners, losers, labels, weights

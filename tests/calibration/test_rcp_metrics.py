@@ -1,0 +1,271 @@
+"""Gains and nDCG: rcp_facts 10.4 numbers, golden fixtures, trec_eval and sklearn."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytrec_eval
+from numpy.testing import assert_allclose
+from sklearn.metrics import ndcg_score
+
+from calibration.rcp.gain import count_gain, pass_probabilities, rcp_gain
+from calibration.rcp.ndcg import count_ndcg, gain_ndcg, ndcg_dense, qrel_ndcg, rcp_ndcg
+from calibration.rcp.stats import paired_t
+
+TINY = Path(__file__).resolve().parents[3] / "shared/reference/data/tiny"
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    released = json.loads((TINY / "released.json").read_text())
+    rows = [json.loads(x) for x in (TINY / "rows.jsonl").read_text().splitlines() if x]
+    systems = [
+        json.loads(x) for x in (TINY / "systems.jsonl").read_text().splitlines() if x
+    ]
+    gamma, beta = released["items"]["gamma"], released["items"]["beta"]
+    gains = {
+        q: {d: float(rcp_gain(t, gamma, beta)) for d, t in th.items()}
+        for q, th in released["thetas"].items()
+    }
+    runs = {
+        name: {s["query_id"]: s["scores"] for s in systems if s["system"] == name}
+        for name in ("bm25", "reranker")
+    }
+    return {
+        "gains": gains,
+        "qrels": {r["query_id"]: r["qrels"] for r in rows},
+        "pools": {r["query_id"]: r["doc_ids"] for r in rows},
+        "runs": runs,
+    }
+
+
+def test_tiny_gains(tiny):
+    """g(theta~) of the released tiny items reproduces rcp_facts 10.4 to 1e-6."""
+    expected = {
+        "q1": [
+            0.863536,
+            0.812632,
+            0.631388,
+            0.564482,
+            0.389073,
+            0.212838,
+            0.320829,
+            0.441771,
+        ],
+        "q2": [
+            0.834319,
+            0.737146,
+            0.678765,
+            0.547251,
+            0.337574,
+            0.256831,
+            0.406550,
+            0.173118,
+        ],
+        "q3": [
+            0.880836,
+            0.823697,
+            0.663284,
+            0.615016,
+            0.598391,
+            0.272319,
+            0.160931,
+            0.354552,
+        ],
+    }
+    for q, values in expected.items():
+        got = [tiny["gains"][q][f"{q}-d{i}"] for i in range(8)]
+        assert_allclose(got, values, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("system", "rcp", "qrel"),
+    [
+        ("bm25", [0.943953, 0.876292, 0.779113], [0.931330, 0.774759, 0.658992]),
+        ("reranker", [0.977301, 0.982348, 1.0], [0.973012, 1.0, 1.0]),
+    ],
+)
+def test_tiny_ndcg_at_5(tiny, system, rcp, qrel):
+    """RCP-nDCG@5 and qrel-nDCG@5 per query (plain protocol) match rcp_facts 10.4."""
+    run = tiny["runs"][system]
+    got_rcp = rcp_ndcg(run, tiny["gains"], k=5, pools=tiny["pools"])
+    got_qrel = qrel_ndcg(run, tiny["qrels"], k=5, pools=tiny["pools"])
+    assert_allclose([got_rcp[q] for q in ("q1", "q2", "q3")], rcp, atol=1e-6)
+    assert_allclose([got_qrel[q] for q in ("q1", "q2", "q3")], qrel, atol=1e-6)
+    means = {"bm25": (0.866453, 0.788361), "reranker": (0.986550, 0.991004)}[system]
+    assert np.mean(list(got_rcp.values())) == pytest.approx(means[0], abs=1e-6)
+    assert np.mean(list(got_qrel.values())) == pytest.approx(means[1], abs=1e-6)
+
+
+def test_tiny_paired_t(tiny):
+    """Paired t, reranker minus bm25 over 3 queries: RCP and qrel rows of 10.4."""
+    for metric, gains, expected in [
+        (rcp_ndcg, tiny["gains"], (0.120097, 2.1999, 0.1588)),
+        (qrel_ndcg, tiny["qrels"], (0.202643, 2.3254, 0.1456)),
+    ]:
+        a = metric(tiny["runs"]["bm25"], gains, k=5, pools=tiny["pools"])
+        b = metric(tiny["runs"]["reranker"], gains, k=5, pools=tiny["pools"])
+        res = paired_t(np.array(list(a.values())), np.array(list(b.values())))
+        assert res.delta == pytest.approx(expected[0], abs=1e-6)
+        assert res.t == pytest.approx(expected[1], abs=1e-4)
+        assert res.p == pytest.approx(expected[2], abs=1e-4)
+        assert not res.significant()
+
+
+def test_core_ci_example_gain_and_ndcg():
+    """docs/concepts/metric.md example: gains, pass probabilities and nDCG@10."""
+    gamma, beta = [1.2, 1.0, 1.1, 0.9, 0.8], [-2.0, -0.5, 0.0, 0.8, 1.7]
+    thetas = {"d1": 1.4, "d2": -0.3, "d3": 0.6}
+    gains = {d: float(rcp_gain(t, gamma, beta)) for d, t in thetas.items()}
+    assert_allclose(list(gains.values()), [0.775322, 0.490005, 0.653770], atol=1e-6)
+    assert_allclose(
+        pass_probabilities(1.4, gamma, beta),
+        [0.983374, 0.869892, 0.823465, 0.631812, 0.440286],
+        atol=1e-6,
+    )
+    run = {"q": {"d1": 0.9, "d2": 0.7, "d3": 0.2}}
+    assert rcp_ndcg(run, {"q": gains}, k=10)["q"] == pytest.approx(0.985035, abs=1e-6)
+
+
+def test_gain_invariant_to_item_convention_and_missing_is_zero():
+    """Rescaling (gamma/s, s*beta + c, s*theta + c) leaves g unchanged; NaN -> 0."""
+    gamma, beta = np.array([1.3, 0.7, 1.0]), np.array([-1.0, 0.2, 1.5])
+    theta = np.linspace(-3, 3, 7)
+    s, c = 2.5, -0.7
+    assert_allclose(
+        rcp_gain(theta, gamma, beta), rcp_gain(s * theta + c, gamma / s, s * beta + c)
+    )
+    assert np.all(np.diff(rcp_gain(theta, gamma, beta)) > 0)
+    assert rcp_gain(np.nan, gamma, beta) == 0.0
+
+
+def test_count_gain():
+    """count_gain([3,3,2,1,0], placements=3) = 9/15 = 0.6; zero placements -> 0."""
+    assert count_gain(np.array([3, 3, 2, 1, 0]), 3) == pytest.approx(0.6)
+    assert_allclose(
+        count_gain(np.array([[1, 0], [0, 0]]), np.array([2, 0])), [0.25, 0.0]
+    )
+    with pytest.raises(ValueError):
+        count_gain(np.array([4, 0]), 3)
+
+
+def test_protocol_presets_example():
+    """protocols.md: nanobeir (doc id desc, d2 before d1) 0.773747, vidore 0.871944;
+    the excluded q7 leaves both the ranking and the ideal."""
+    run = {"x": {"q7": 0.95, "d1": 0.80, "d2": 0.80, "d3": 0.10}}
+    gains = {"x": {"d1": 0.9, "d2": 0.2, "d3": 0.5}}
+    kw = {"k": 10, "pools": {"x": ["d3", "q7", "d1", "d2"]}, "excluded": {"x": ["q7"]}}
+    assert count_ndcg(run, gains, protocol="nanobeir", **kw)["x"] == pytest.approx(
+        0.773747, abs=1e-6
+    )
+    assert rcp_ndcg(run, gains, protocol="vidore", **kw)["x"] == pytest.approx(
+        0.871944, abs=1e-6
+    )
+    # trecdl keeps pool order on ties: d1 precedes d2 in the pool.
+    trecdl = rcp_ndcg(run, gains, protocol="trecdl", **kw)["x"]
+    ideal = 0.9 + 0.5 / math.log2(3) + 0.2 / 2
+    assert trecdl == pytest.approx((0.9 + 0.2 / math.log2(3) + 0.5 / 2) / ideal)
+    with pytest.raises(ValueError):
+        rcp_ndcg(run, gains, protocol="nanobeir", k=10)
+
+
+def test_qrel_golden_cases():
+    """oracles.md 5: case A 0.633848 (exp gains 0.639055), case B ties 0.669672 under
+    doc_id_desc and 0.809953 tie-averaged, case C float gains 0.763222."""
+    qa = {"q": {"d1": 3, "d2": 2, "d3": 0, "d4": 1, "d5": 2, "d6": 0, "d7": 1}}
+    ra = {
+        "q": {"d3": 10, "d1": 9, "d8": 8, "d2": 7, "d4": 6, "d5": 5, "d6": 4, "d9": 3}
+    }
+    assert qrel_ndcg(ra, qa, k=10)["q"] == pytest.approx(0.633848, abs=1e-6)
+    assert qrel_ndcg(ra, qa, k=10, exponential=True)["q"] == pytest.approx(
+        0.639055, abs=1e-6
+    )
+    qb, rb = (
+        {"q": {"dA": 2, "dB": 0, "dC": 1}},
+        {"q": {"dA": 1.0, "dB": 1.0, "dC": 0.5}},
+    )
+    assert qrel_ndcg(rb, qb, k=10, protocol="bright")["q"] == pytest.approx(
+        0.669672, abs=1e-6
+    )
+    assert qrel_ndcg(rb, qb, k=10)["q"] == pytest.approx(0.809953, abs=1e-6)
+    qc = {"q": {"e1": 0.7, "e2": 0.3, "e3": 1.5, "e4": 0.0}}
+    rc = {"q": {"e2": 3.0, "e3": 2.0, "e1": 1.0, "e4": 0.5}}
+    assert qrel_ndcg(rc, qc, k=10)["q"] == pytest.approx(0.763222, abs=1e-6)
+
+
+def test_qrel_edge_cases():
+    """No positive grade -> NaN; a labelled query the system did not rank -> 0."""
+    qrels = {"a": {"d1": 0, "d2": -1}, "b": {"d1": 2}}
+    got = qrel_ndcg({"a": {"d1": 1.0}}, qrels, k=10)
+    assert math.isnan(got["a"])
+    assert got["b"] == 0.0
+
+
+def _graded_run_with_ties(seed: int):
+    rng = np.random.default_rng(seed)
+    qrels, run = {}, {}
+    for q in range(8):
+        docs = [f"d{i}" for i in range(30)]
+        qrels[f"q{q}"] = {
+            d: int(g)
+            for d, g in zip(docs, rng.integers(0, 4, 30), strict=True)
+            if rng.random() < 0.7
+        }
+        # Scores on a coarse grid force many ties; a few judged docs stay unretrieved.
+        retrieved = [d for d in docs if rng.random() < 0.85]
+        run[f"q{q}"] = {d: float(rng.integers(0, 6)) / 2 for d in retrieved}
+    return qrels, run
+
+
+@pytest.mark.parametrize("k", [5, 10, 20])
+def test_qrel_ndcg_equals_trec_eval_with_ties(k):
+    """qrel-nDCG under doc_id_desc equals pytrec_eval ndcg_cut on a tied graded run."""
+    qrels, run = _graded_run_with_ties(seed=k)
+    oracle = pytrec_eval.RelevanceEvaluator(qrels, {f"ndcg_cut.{k}"}).evaluate(run)
+    ours = qrel_ndcg(run, qrels, k=k, protocol="bright")
+    for q in qrels:
+        assert ours[q] == pytest.approx(oracle[q][f"ndcg_cut_{k}"], abs=1e-12)
+    # The tie rule matters on this run: averaging gives different values.
+    averaged = qrel_ndcg(run, qrels, k=k, protocol="plain")
+    assert max(abs(averaged[q] - ours[q]) for q in qrels) > 1e-3
+
+
+def test_rcp_ndcg_group_mean_equals_sklearn():
+    """RCP-nDCG with tie-averaged gains equals sklearn ndcg_score(ignore_ties=False)."""
+    rng = np.random.default_rng(11)
+    gamma, beta = np.array([1.2, 1.0, 1.1, 0.9, 0.8]), np.array([-2, -0.5, 0, 0.8, 1.7])
+    n_q, n_d = 6, 25
+    theta = rng.normal(0, 1.5, (n_q, n_d))
+    scores = np.round(rng.normal(0, 1, (n_q, n_d)), 0)  # coarse -> ties
+    gains = rcp_gain(theta, gamma, beta)
+    docs = [f"d{i}" for i in range(n_d)]
+    runs = {
+        f"q{j}": dict(zip(docs, scores[j].tolist(), strict=True)) for j in range(n_q)
+    }
+    gmap = {
+        f"q{j}": dict(zip(docs, gains[j].tolist(), strict=True)) for j in range(n_q)
+    }
+    for k in (5, 10):
+        ours = rcp_ndcg(runs, gmap, k=k)
+        for j in range(n_q):
+            ref = ndcg_score(
+                gains[j : j + 1], scores[j : j + 1], k=k, ignore_ties=False
+            )
+            assert ours[f"q{j}"] == pytest.approx(ref, abs=1e-12)
+        dense = ndcg_dense(scores, gains, gains, k)
+        assert_allclose(dense, [ours[f"q{j}"] for j in range(n_q)], atol=1e-12)
+
+
+def test_gain_ndcg_ideal_covers_unretrieved_pool_docs():
+    """The RCP ideal is the whole judged pool, so a run that misses the best pool
+    document cannot reach 1."""
+    gains = {"q": {"a": 0.9, "b": 0.5, "c": 0.1}}
+    run = {"q": {"b": 2.0, "c": 1.0}}
+    got = gain_ndcg(run, gains, k=3, pools={"q": ["a", "b", "c"]})["q"]
+    assert got == pytest.approx(
+        (0.5 + 0.1 / math.log2(3)) / (0.9 + 0.5 / math.log2(3) + 0.05)
+    )
