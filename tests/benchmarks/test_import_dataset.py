@@ -430,3 +430,24 @@ def test_commands_import_and_report_counts(
         "ranking_entries": 2,
     }
     assert info["system_names"] == ["s"]
+
+
+def test_dataset_delete_removes_only_that_dataset(
+    tiny: Dataset, files: dict[str, Path]
+) -> None:
+    other = dataset_import(name="x", **files)
+    run_import(
+        dataset=other,
+        system_name="s",
+        path=write(files["pools"].with_name("r.trec"), ["q1 Q0 d1 1 1 s"]),
+    )
+    services.dataset_delete(dataset=tiny)
+    assert snapshot() == {
+        "Dataset": 1,
+        "Query": 2,
+        "Document": 4,
+        "PoolEntry": 4,
+        "Qrel": 3,
+        "System": 1,
+        "RankingEntry": 1,
+    }
