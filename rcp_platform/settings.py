@@ -178,6 +178,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
     if CELERY_BROKER_URL.startswith("filesystem")
     else {}
 )
+for _folder in set(CELERY_BROKER_TRANSPORT_OPTIONS.values()) - {False}:
+    # The transport polls these folders from the first moment; they must exist.
+    Path(_folder).mkdir(parents=True, exist_ok=True)
 CELERY_RESULT_BACKEND = env.str("CELERY_RESULT_BACKEND", default=None)
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"

@@ -28,6 +28,9 @@ def main() -> int:
     port = os.environ.get("PORT", "8000")
     _step([*MANAGE, "migrate", "--noinput", "-v", "0"])
     _step([*MANAGE, "demo", "--if-empty"])
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.demo_accounts import ADMIN, ANNOTATORS
+
     children = {
         "web": subprocess.Popen(
             [*MANAGE, "runserver", "--noreload", f"{host}:{port}"], cwd=ROOT
@@ -45,9 +48,6 @@ def main() -> int:
             cwd=ROOT,
         ),
     }
-    sys.path.insert(0, str(ROOT))
-    from benchmarks.management.commands.demo import ADMIN, ANNOTATORS
-
     print(
         f"\nRCP Platform: http://{host}:{port}/  (API docs: http://{host}:{port}/api/docs/)",
         flush=True,

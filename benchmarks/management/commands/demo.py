@@ -11,13 +11,12 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from annotation.services import annotator_group_ensure
+from benchmarks.demo_accounts import ADMIN, ANNOTATORS
 from benchmarks.models import Dataset, Protocol
 from benchmarks.services import dataset_import, run_import
 from benchmarks.synthetic import SyntheticSpec, write_benchmark
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo_data"
-ADMIN = ("admin", "admin-demo-password")
-ANNOTATORS = [(f"annotator{i}", "annotator-demo-password") for i in (1, 2, 3)]
 
 
 class Command(BaseCommand):
