@@ -1,1 +1,749 @@
-"""services of the judging app."""
+"""Writes of the judging app: judges, jobs and their lifecycle, window records,
+judgment import/export.
+
+Window rows move planned -> in_flight -> done through compare-and-set updates, so
+two runners (or a task run twice) never ask or store one window twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from benchmarks.formats import FormatError, open_text
+from benchmarks.models import Dataset, Document, PoolEntry, Query
+from rcp_platform.exceptions import ApplicationError, ConflictError
+
+from . import prompts
+from .models import (
+    Decoding,
+    InvalidCategory,
+    JobStages,
+    JobStatus,
+    Judge,
+    JudgingJob,
+    JudgmentWindow,
+    Phase,
+    Stage,
+    WindowStatus,
+)
+from .schedules import RubricSchedule, TournamentSchedule
+
+STAGE_ALIASES = {
+    "A": Stage.TOURNAMENT,
+    "B": Stage.RUBRIC,
+    "tournament": Stage.TOURNAMENT,
+    "rubric": Stage.RUBRIC,
+}
+# Rough answer sizes for estimates: a score per document, or five verdicts plus a
+# one-line reason per document (measured on the simulated judge and typical models).
+OUTPUT_TOKENS_PER_DOC = {Stage.TOURNAMENT: 14, Stage.RUBRIC: 40}
+OUTPUT_TOKENS_BASE = 40
+DEFAULT_LATENCY_S = 2.0
+
+
+def heartbeat_stale_after() -> timedelta:
+    return timedelta(seconds=getattr(settings, "JUDGING_HEARTBEAT_STALE_S", 60))
+
+
+# ----------------------------------------------------------------------------- judges
+
+
+@transaction.atomic
+def judge_create(
+    *,
+    name: str,
+    base_urls: list[str],
+    model: str,
+    api_key_env: str = "",
+    concurrency: int = 8,
+    max_output_tokens: int = 2048,
+    decoding: str = Decoding.JSON_SCHEMA,
+    temperature: float | None = None,
+    context_tokens: int | None = None,
+    timeout_s: float = 120.0,
+    extra_body: dict | None = None,
+) -> Judge:
+    """Create a judge. ``api_key_env`` names an environment variable; keys are never stored."""
+    if Judge.objects.filter(name=name).exists():
+        raise ConflictError(f"judge {name!r} already exists")
+    if not base_urls:
+        raise ApplicationError("a judge needs at least one base URL")
+    for url in base_urls:
+        if not url.startswith(("http://", "https://")):
+            raise ApplicationError(
+                f"base URL {url!r} must start with http:// or https://"
+            )
+    judge = Judge(
+        name=name,
+        base_urls=[u.rstrip("/") for u in base_urls],
+        model=model,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        max_output_tokens=max_output_tokens,
+        decoding=decoding,
+        temperature=temperature,
+        context_tokens=context_tokens,
+        timeout_s=timeout_s,
+        extra_body=extra_body or {},
+    )
+    judge.full_clean()
+    judge.save()
+    return judge
+
+
+def _offline_judge(name: str) -> Judge:
+    judge, _ = Judge.objects.get_or_create(
+        name=name, defaults={"offline": True, "model": "imported"}
+    )
+    return judge
+
+
+# ----------------------------------------------------------------------------- schedules
+
+
+def job_schedules(params: dict[str, Any]) -> tuple[TournamentSchedule, RubricSchedule]:
+    """Schedule objects from a job's ``params`` (``{"tournament": {...}, "rubric": {...}}``)."""
+    try:
+        return (
+            TournamentSchedule(**params.get("tournament", {})),
+            RubricSchedule(**params.get("rubric", {})),
+        )
+    except (TypeError, ValueError) as exc:
+        raise ApplicationError(f"bad schedule parameters: {exc}") from exc
+
+
+def job_stage_list(stages: str) -> list[str]:
+    return [Stage.TOURNAMENT, Stage.RUBRIC] if stages == JobStages.BOTH else [stages]
+
+
+def planned_calls(
+    *, stage: str, n_docs: int, tournament: TournamentSchedule, rubric: RubricSchedule
+) -> dict[str, int]:
+    """Upper bound of calls per phase for one query's pool of ``n_docs``."""
+    if stage == Stage.TOURNAMENT:
+        n_random, n_stratified, per_batch = tournament.windows_for(n_docs)
+        mirror = 2 if tournament.mirror else 1
+        return {
+            Phase.RANDOM: mirror * n_random,
+            Phase.STRATIFIED: mirror * n_stratified,
+            Phase.ADAPTIVE: tournament.adaptive_batches_for(n_docs) * per_batch,
+        }
+    n_random, n_stratified = rubric.windows_for(n_docs)
+    return {Phase.RANDOM: n_random, Phase.STRATIFIED: n_stratified}
+
+
+def _job_queries(dataset: Dataset, query_ids: list[str] | None) -> list[Query]:
+    queries = Query.objects.filter(dataset=dataset).order_by("id")
+    if query_ids:
+        found = {q.external_id: q for q in queries.filter(external_id__in=query_ids)}
+        missing = [q for q in query_ids if q not in found]
+        if missing:
+            raise ApplicationError(
+                f"unknown query ids in dataset {dataset.name!r}: {', '.join(missing[:5])}"
+            )
+        return [found[q] for q in query_ids]
+    return list(queries)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    calls: int
+    calls_by_stage: dict[str, int]
+    input_tokens: int
+    output_tokens: int
+    wall_s: float
+    latency_s: float
+    latency_measured: bool
+    queries: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.__dict__ | {
+            "wall_s": round(self.wall_s, 1),
+            "latency_s": round(self.latency_s, 3),
+        }
+
+
+def job_estimate(
+    *,
+    dataset: Dataset,
+    judge: Judge,
+    stages: str = JobStages.BOTH,
+    query_ids: list[str] | None = None,
+    params: dict | None = None,
+) -> Estimate:
+    """Calls, tokens and wall time a job would need, without calling anything.
+
+    Calls are the schedule's upper bound (adaptive batches may stop early). Input
+    tokens render each query's template and add its mean pooled document length;
+    wall time uses the judge's measured median latency when it has answered before.
+    """
+    tournament, rubric = job_schedules(params or {})
+    queries = _job_queries(dataset, query_ids)
+    pools = _pools(queries)
+    calls_by_stage = {s: 0 for s in job_stage_list(stages)}
+    input_tokens = output_tokens = 0
+    for query in queries:
+        doc_ids, texts = pools[query.pk]
+        n = len(doc_ids)
+        if not n:
+            continue
+        mean_doc_tokens = sum(prompts.count_tokens(t) for t in texts.values()) / n
+        for stage in calls_by_stage:
+            calls = sum(
+                planned_calls(
+                    stage=stage, n_docs=n, tournament=tournament, rubric=rubric
+                ).values()
+            )
+            window = min(
+                tournament.window if stage == Stage.TOURNAMENT else rubric.window, n
+            )
+            overhead = prompts.count_tokens(
+                prompts.render_text(stage, query.text, [""] * window)
+            )
+            input_tokens += round(calls * (overhead + window * mean_doc_tokens))
+            output_tokens += calls * (
+                OUTPUT_TOKENS_BASE + window * OUTPUT_TOKENS_PER_DOC[stage]
+            )
+            calls_by_stage[stage] += calls
+    latencies = list(
+        JudgmentWindow.objects.filter(
+            judge=judge, status=WindowStatus.DONE, latency_ms__gt=0
+        )
+        .order_by("-completed_at")
+        .values_list("latency_ms", flat=True)[:500]
+    )
+    latency = (
+        sorted(latencies)[len(latencies) // 2] / 1000
+        if latencies
+        else DEFAULT_LATENCY_S
+    )
+    total = sum(calls_by_stage.values())
+    return Estimate(
+        calls=total,
+        calls_by_stage=calls_by_stage,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        wall_s=total * latency / max(judge.concurrency, 1),
+        latency_s=latency,
+        latency_measured=bool(latencies),
+        queries=len(queries),
+    )
+
+
+@dataclass(frozen=True)
+class QueryPool:
+    doc_ids: list[str]
+    texts: dict[str, str]
+
+
+def _pools(queries: list[Query]) -> dict[int, tuple[list[str], dict[str, str]]]:
+    """Each query's pool in pool-rank order: (external doc ids, id -> title + text)."""
+    out: dict[int, tuple[list[str], dict[str, str]]] = {q.pk: ([], {}) for q in queries}
+    rows = (
+        PoolEntry.objects.filter(query__in=[q.pk for q in queries])
+        .order_by("query_id", "rank", "document_id")
+        .values_list(
+            "query_id", "document__external_id", "document__title", "document__text"
+        )
+    )
+    for query_id, doc, title, text in rows.iterator(chunk_size=5000):
+        ids, texts = out[query_id]
+        ids.append(doc)
+        texts[doc] = f"{title}\n{text}".strip() if title else text
+    return out
+
+
+def query_pools(queries: list[Query]) -> dict[int, tuple[list[str], dict[str, str]]]:
+    """Public form of :func:`_pools` for the runner."""
+    return _pools(queries)
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+@transaction.atomic
+def job_create(
+    *,
+    dataset: Dataset,
+    judge: Judge,
+    stages: str = JobStages.BOTH,
+    query_ids: list[str] | None = None,
+    params: dict | None = None,
+    family: str | None = None,
+    user: Any = None,
+    queue: bool = True,
+) -> JudgingJob:
+    """Create a pending job; with ``queue`` its run task is sent on commit."""
+    if judge.offline:
+        raise ApplicationError(
+            f"judge {judge.name!r} is an offline label for imported judgments; it has no endpoint"
+        )
+    if stages not in JobStages.values:
+        raise ApplicationError(f"stages must be one of {', '.join(JobStages.values)}")
+    job_schedules(params or {})
+    queries = _job_queries(dataset, query_ids)
+    if not PoolEntry.objects.filter(query__in=queries).exists():
+        raise ApplicationError(
+            f"dataset {dataset.name!r} has no pools to judge; import pools first"
+        )
+    job = JudgingJob(
+        dataset=dataset,
+        judge=judge,
+        family=family or judge.name,
+        stages=stages,
+        query_ids=query_ids or None,
+        params=params or {},
+        created_by=user if getattr(user, "is_authenticated", False) else None,
+    )
+    job.full_clean()
+    job.save()
+    if queue:
+        _queue(job)
+    return job
+
+
+def _queue(job: JudgingJob) -> None:
+    from .tasks import judging_job_run_task
+
+    transaction.on_commit(lambda: judging_job_run_task.delay(job.pk))
+
+
+def job_claim(*, job_id: int) -> bool:
+    """Take a job for running (compare-and-set). False if someone else runs it.
+
+    A running job whose heartbeat is stale (its worker died) can be taken over.
+    """
+    now = timezone.now()
+    taken = JudgingJob.objects.filter(pk=job_id, status=JobStatus.PENDING).update(
+        status=JobStatus.RUNNING, heartbeat_at=now, started_at=now, error=""
+    )
+    if taken:
+        return True
+    stale = now - heartbeat_stale_after()
+    taken = JudgingJob.objects.filter(
+        Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True),
+        pk=job_id,
+        status=JobStatus.RUNNING,
+    ).update(heartbeat_at=now)
+    if taken:
+        _release_in_flight(job_id)
+    return bool(taken)
+
+
+def job_heartbeat(*, job_id: int) -> str:
+    """Refresh the job's heartbeat; returns its current status (the runner stops on
+    anything but running)."""
+    JudgingJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(
+        heartbeat_at=timezone.now()
+    )
+    return JudgingJob.objects.values_list("status", flat=True).get(pk=job_id)
+
+
+def job_finish(*, job_id: int, status: str, error: str = "") -> None:
+    """Close a running job as done or failed (a pause or cancel already set its status)."""
+    JudgingJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(
+        status=status, error=error[:4000], finished_at=timezone.now()
+    )
+    if status == JobStatus.FAILED:
+        _release_in_flight(job_id)
+
+
+def _release_in_flight(job_id: int) -> int:
+    """Windows a dead or failed runner held go back to planned (asked again later)."""
+    return JudgmentWindow.objects.filter(
+        job_id=job_id, status=WindowStatus.IN_FLIGHT
+    ).update(status=WindowStatus.PLANNED, lease_until=None)
+
+
+def job_pause(*, job: JudgingJob) -> JudgingJob:
+    """Ask a running or pending job to pause; its runner stops claiming new windows."""
+    changed = JudgingJob.objects.filter(
+        pk=job.pk, status__in=[JobStatus.RUNNING, JobStatus.PENDING]
+    ).update(status=JobStatus.PAUSED)
+    if not changed:
+        raise ConflictError(
+            f"job {job.pk} is {job.status}; only a pending or running job can pause"
+        )
+    job.refresh_from_db()
+    return job
+
+
+def job_cancel(*, job: JudgingJob) -> JudgingJob:
+    """Cancel a job that has not finished. Windows already answered stay stored."""
+    changed = JudgingJob.objects.filter(
+        pk=job.pk, status__in=[JobStatus.RUNNING, JobStatus.PENDING, JobStatus.PAUSED]
+    ).update(status=JobStatus.CANCELLED, finished_at=timezone.now())
+    if not changed:
+        raise ConflictError(f"job {job.pk} is {job.status}; it cannot be cancelled")
+    job.refresh_from_db()
+    return job
+
+
+@transaction.atomic
+def job_resume(*, job: JudgingJob, queue: bool = True) -> JudgingJob:
+    """Resume a paused, failed or cancelled job, or one whose worker died.
+
+    Only missing windows are asked: everything stored is kept.
+    """
+    job = JudgingJob.objects.select_for_update().get(pk=job.pk)
+    stale = (
+        job.heartbeat_at is None
+        or job.heartbeat_at < timezone.now() - heartbeat_stale_after()
+    )
+    if job.status == JobStatus.RUNNING and not stale:
+        raise ConflictError(f"job {job.pk} is running")
+    if job.status == JobStatus.DONE:
+        raise ConflictError(f"job {job.pk} is done; nothing to resume")
+    _release_in_flight(job.pk)
+    job.status = JobStatus.PENDING
+    job.error = ""
+    job.finished_at = None
+    job.save(update_fields=["status", "error", "finished_at"])
+    if queue:
+        _queue(job)
+    return job
+
+
+def job_count(
+    *,
+    job_id: int,
+    requests: int = 0,
+    retries: int = 0,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
+) -> None:
+    """Add to a job's request counters atomically (many threads report at once)."""
+    JudgingJob.objects.filter(pk=job_id).update(
+        requests=F("requests") + requests,
+        retries=F("retries") + retries,
+        input_tokens=F("input_tokens") + input_tokens,
+        output_tokens=F("output_tokens") + output_tokens,
+    )
+
+
+# ----------------------------------------------------------------------------- windows
+
+
+def windows_plan(
+    *, job: JudgingJob, query: Query, stage: str, planned: list
+) -> list[JudgmentWindow]:
+    """Ensure a row exists for each planned window; return the rows in seq order.
+
+    Rows from earlier runs are kept; a row whose documents differ from the plan
+    means the schedule changed under a family and is refused.
+    """
+    rows = [
+        JudgmentWindow(
+            family=job.family,
+            judge=job.judge,
+            job=job,
+            query=query,
+            stage=stage,
+            phase=p.phase,
+            seq=p.seq,
+            batch=p.batch if p.phase == Phase.ADAPTIVE else None,
+            mirrored=p.reversed,
+            doc_ids=list(p.doc_ids),
+        )
+        for p in planned
+    ]
+    JudgmentWindow.objects.bulk_create(rows, ignore_conflicts=True)
+    stored = {
+        w.seq: w
+        for w in JudgmentWindow.objects.filter(
+            family=job.family,
+            query=query,
+            stage=stage,
+            seq__in=[p.seq for p in planned],
+        )
+    }
+    for p in planned:
+        if stored[p.seq].doc_ids != list(p.doc_ids):
+            raise ApplicationError(
+                f"window {p.seq} of query {query.external_id!r} ({stage}) was stored with other "
+                f"documents: the schedule of family {job.family!r} changed; use a new family"
+            )
+    return [stored[p.seq] for p in planned]
+
+
+def window_claim(
+    *, window_id: int, job_id: int, lease_s: float, reask_refused: bool
+) -> bool:
+    """Compare-and-set a window to in-flight for this job. False if someone has it."""
+    now = timezone.now()
+    claimable = Q(status=WindowStatus.PLANNED) | Q(
+        status=WindowStatus.IN_FLIGHT, lease_until__lt=now
+    )
+    if reask_refused:
+        claimable |= Q(
+            status=WindowStatus.DONE, invalid_category=InvalidCategory.REFUSED
+        )
+    return bool(
+        JudgmentWindow.objects.filter(claimable, pk=window_id).update(
+            status=WindowStatus.IN_FLIGHT,
+            job_id=job_id,
+            lease_until=now + timedelta(seconds=lease_s),
+        )
+    )
+
+
+def window_release(*, window_id: int) -> None:
+    JudgmentWindow.objects.filter(pk=window_id, status=WindowStatus.IN_FLIGHT).update(
+        status=WindowStatus.PLANNED, lease_until=None
+    )
+
+
+def window_complete(
+    *,
+    window_id: int,
+    valid: bool,
+    category: str,
+    reason: str,
+    raw_response: str,
+    scores: list[float] | None,
+    ranking: list[str] | None,
+    answers: list[list[int]] | None,
+    attempts: int,
+    input_tokens: int,
+    output_tokens: int,
+    latency_ms: int,
+    prompt_sha256: str,
+) -> bool:
+    """Store a window's outcome once (in-flight -> done). The raw answer is kept even
+    when invalid; nothing is imputed. False if the window was no longer ours."""
+    return bool(
+        JudgmentWindow.objects.filter(
+            pk=window_id, status=WindowStatus.IN_FLIGHT
+        ).update(
+            status=WindowStatus.DONE,
+            lease_until=None,
+            valid=valid,
+            invalid_category=category or "",
+            invalid_reason=reason[:2000],
+            raw_response=raw_response,
+            scores=scores,
+            ranking=ranking,
+            answers=answers,
+            attempts=attempts,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=latency_ms,
+            prompt_sha256=prompt_sha256,
+            prompt_version=str(prompts.PROMPT_VERSION),
+            completed_at=timezone.now(),
+        )
+    )
+
+
+# ----------------------------------------------------------------------------- import / export
+
+
+class JudgmentImportError(ApplicationError):
+    def __init__(self, path: str | Path, line: int | None, message: str) -> None:
+        where = f"{path}, line {line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}", extra={"path": str(path), "line": line})
+        self.line = line
+
+
+def _records(path: str | Path) -> Iterator[tuple[int, dict]]:
+    try:
+        handle = open_text(path)
+    except FormatError as exc:
+        raise JudgmentImportError(path, None, exc.message) from exc
+    with handle:
+        seen = False
+        for lineno, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            seen = True
+            try:
+                obj = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise JudgmentImportError(path, lineno, f"bad JSON: {exc.msg}") from exc
+            if not isinstance(obj, dict):
+                raise JudgmentImportError(path, lineno, "expected a JSON object")
+            yield lineno, obj
+        if not seen:
+            raise JudgmentImportError(path, None, "file is empty")
+
+
+def _validated_window(
+    obj: dict, lineno: int, path: str | Path, queries: dict[str, int], docs: set[str]
+) -> dict:
+    def fail(message: str) -> JudgmentImportError:
+        return JudgmentImportError(path, lineno, message)
+
+    for key in ("query_id", "stage", "window", "doc_ids"):
+        if key not in obj:
+            raise fail(f"missing field {key!r}")
+    qid = str(obj["query_id"])
+    if qid not in queries:
+        raise fail(f"field 'query_id': unknown query {qid!r}")
+    stage = STAGE_ALIASES.get(str(obj["stage"]))
+    if stage is None:
+        raise fail(f"field 'stage': {obj['stage']!r} is not tournament/rubric/A/B")
+    seq = obj["window"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        raise fail("field 'window' must be a non-negative integer")
+    doc_ids = obj["doc_ids"]
+    if not isinstance(doc_ids, list) or not doc_ids:
+        raise fail("field 'doc_ids' must be a non-empty list")
+    doc_ids = [str(d) for d in doc_ids]
+    unknown = [d for d in doc_ids if d not in docs]
+    if unknown:
+        raise fail(f"field 'doc_ids': unknown document {unknown[0]!r}")
+    phase = obj.get("phase", Phase.RANDOM)
+    if phase not in Phase.values:
+        raise fail(f"field 'phase': {phase!r} is not one of {', '.join(Phase.values)}")
+    valid = obj.get("valid", True)
+    if not isinstance(valid, bool):
+        raise fail("field 'valid' must be true or false")
+    category = obj.get("invalid_category") or ""
+    if category not in InvalidCategory.values:
+        raise fail(f"field 'invalid_category': {category!r} is not a known category")
+    scores = answers = None
+    if valid and stage == Stage.TOURNAMENT:
+        scores = obj.get("scores")
+        if not isinstance(scores, list) or len(scores) != len(doc_ids):
+            raise fail("field 'scores' must list one number per document")
+        if not all(
+            isinstance(s, int | float) and not isinstance(s, bool) and math.isfinite(s)
+            for s in scores
+        ):
+            raise fail("field 'scores' must hold finite numbers")
+        scores = [float(s) for s in scores]
+    if valid and stage == Stage.RUBRIC:
+        answers = obj.get("answers")
+        if not isinstance(answers, list) or len(answers) != len(doc_ids):
+            raise fail("field 'answers' must list one answer row per document")
+        rows = []
+        for row in answers:
+            if (
+                not isinstance(row, list)
+                or not row
+                or not all(v in (0, 1) or isinstance(v, bool) for v in row)
+            ):
+                raise fail(
+                    "field 'answers': each row must be a list of 0/1 or booleans"
+                )
+            rows.append([int(v) for v in row])
+        if len({len(r) for r in rows}) != 1:
+            raise fail("field 'answers': rows have different numbers of criteria")
+        answers = rows
+    return {
+        "query_id": queries[qid],
+        "stage": stage,
+        "seq": seq,
+        "phase": phase,
+        "doc_ids": doc_ids,
+        "valid": valid,
+        "invalid_category": "" if valid else (category or InvalidCategory.SCHEMA),
+        "scores": scores,
+        "answers": answers,
+        "ranking": obj.get("ranking") if isinstance(obj.get("ranking"), list) else None,
+        "batch": obj.get("batch") if isinstance(obj.get("batch"), int) else None,
+        "mirrored": bool(obj.get("mirrored", False)),
+        "raw_response": str(obj.get("raw_response", "")),
+    }
+
+
+@transaction.atomic
+def judgments_import(
+    *, dataset: Dataset, judge_name: str, path: str | Path, batch_size: int = 2000
+) -> int:
+    """Import judgment windows from JSONL (DESIGN.md format), atomically.
+
+    Creates an offline judge label if ``judge_name`` is new; the family is the judge
+    name. Any bad line (file, line, field named) or a window already stored for this
+    family leaves the database unchanged. Returns the number of windows imported.
+    """
+    judge = Judge.objects.filter(name=judge_name).first() or _offline_judge(judge_name)
+    queries = dict(
+        Query.objects.filter(dataset=dataset).values_list("external_id", "id")
+    )
+    docs = set(
+        Document.objects.filter(dataset=dataset).values_list("external_id", flat=True)
+    )
+    count = 0
+    batch: list[tuple[int, JudgmentWindow]] = []
+
+    def flush() -> None:
+        try:
+            with transaction.atomic():
+                JudgmentWindow.objects.bulk_create([w for _, w in batch])
+        except IntegrityError:
+            keys: dict[tuple, int] = {}
+            for lineno, w in batch:
+                key = (w.query_id, w.stage, w.seq)
+                if (
+                    key in keys
+                    or JudgmentWindow.objects.filter(
+                        family=judge.name, query_id=w.query_id, stage=w.stage, seq=w.seq
+                    ).exists()
+                ):
+                    raise JudgmentImportError(
+                        path,
+                        lineno,
+                        f"window {w.seq} ({w.stage}) of this query is already stored for {judge.name!r}",
+                    ) from None
+                keys[key] = lineno
+            raise
+        batch.clear()
+
+    now = timezone.now()
+    for lineno, obj in _records(path):
+        fields = _validated_window(obj, lineno, path, queries, docs)
+        batch.append(
+            (
+                lineno,
+                JudgmentWindow(
+                    family=judge.name,
+                    judge=judge,
+                    status=WindowStatus.DONE,
+                    completed_at=now,
+                    **fields,
+                ),
+            )
+        )
+        count += 1
+        if len(batch) >= batch_size:
+            flush()
+    if batch:
+        flush()
+    return count
+
+
+def judgments_export_lines(windows: Iterable[JudgmentWindow]) -> Iterator[str]:
+    """JSONL lines (DESIGN.md format) for stored windows, one per line, stable key order."""
+    for w in windows:
+        record: dict[str, Any] = {
+            "query_id": w.query.external_id,
+            "stage": w.stage,
+            "window": w.seq,
+            "phase": w.phase,
+            "doc_ids": w.doc_ids,
+        }
+        if w.stage == Stage.TOURNAMENT:
+            record["scores"] = w.scores
+        else:
+            record["answers"] = w.answers
+        record["judge"] = w.family
+        record["valid"] = bool(w.valid)
+        if w.invalid_category:
+            record["invalid_category"] = w.invalid_category
+        if w.batch is not None:
+            record["batch"] = w.batch
+        if w.mirrored:
+            record["mirrored"] = True
+        yield json.dumps(record, separators=(", ", ": ")) + "\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+
 from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rcp_platform.settings")

@@ -8,6 +8,7 @@ from rest_framework.authtoken.views import ObtainAuthToken
 
 from benchmarks import urls as benchmarks_urls
 from benchmarks import views as benchmarks_views
+from judging import urls as judging_urls
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -23,6 +24,8 @@ urlpatterns = [
         name="api-token",
     ),
     path("api/v1/", include((benchmarks_urls.api_urlpatterns, "benchmarks-api"))),
+    path("api/v1/", include((judging_urls.api_urlpatterns, "judging-api"))),
     path("benchmarks/", include("benchmarks.urls")),
+    path("judging/", include("judging.urls")),
     path("", benchmarks_views.home, name="home"),
 ]
