@@ -10,7 +10,7 @@ from rest_framework.test import APIClient
 from tests.factories import UserFactory
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+REFERENCE_DATA = REPO / "tests" / "data" / "reference"  # copies of ../shared/reference/data
 DEMO_TINY = REPO / "benchmarks" / "demo_data" / "tiny"
 
 

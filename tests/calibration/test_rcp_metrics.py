@@ -16,7 +16,7 @@ from calibration.rcp.gain import count_gain, pass_probabilities, rcp_gain
 from calibration.rcp.ndcg import count_ndcg, gain_ndcg, ndcg_dense, qrel_ndcg, rcp_ndcg
 from calibration.rcp.stats import paired_t
 
-TINY = Path(__file__).resolve().parents[3] / "shared/reference/data/tiny"
+TINY = Path(__file__).resolve().parents[1] / "data/reference/tiny"
 
 
 @pytest.fixture(scope="module")
