@@ -11,4 +11,3 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rcp_platform.settings")
 app = Celery("rcp_platform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-

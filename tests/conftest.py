@@ -10,7 +10,9 @@ from rest_framework.test import APIClient
 from tests.factories import UserFactory
 
 REPO = Path(__file__).resolve().parents[1]
-REFERENCE_DATA = REPO / "tests" / "data" / "reference"  # copies of ../shared/reference/data
+REFERENCE_DATA = (
+    REPO / "tests" / "data" / "reference"
+)  # copies of ../shared/reference/data
 DEMO_TINY = REPO / "benchmarks" / "demo_data" / "tiny"
 
 

@@ -154,6 +154,7 @@ def test_recovers_known_abilities_and_identification():
 def test_choix_oracle_if_installed():
     """Soft labels k/m replicated m times as hard pairs: choix's ML equals ours."""
     import choix
+
     rng = np.random.default_rng(0)
     n, m = 12, 4
     s_true = rng.normal(0, 1, n)

@@ -21,8 +21,7 @@ from calibration.rcp.irt import (
 )
 
 ANCHOR = (
-    Path(__file__).resolve().parents[1]
-    / "data/reference/nanobeir_rubric_anchor.json"
+    Path(__file__).resolve().parents[1] / "data/reference/nanobeir_rubric_anchor.json"
 )
 
 
