@@ -7,6 +7,7 @@ DEBUG on. Production differs only in environment values (see ``.env.example``).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import environ
@@ -98,6 +99,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
     # Web server and worker share the file: wait for locks instead of failing,
     # and take the write lock at BEGIN so concurrent writers queue cleanly.
+    # Tests use a file too: jobs run threads, and SQLite's shared in-memory database
+    # locks whole tables across connections instead of waiting.
+    # One file per test process, so concurrent runs never share (or delete) it.
+    DATABASES["default"].setdefault("TEST", {}).setdefault(
+        "NAME", str(VAR_DIR / f"test-{os.getpid()}.sqlite3")
+    )
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
             "timeout": 30,
@@ -117,6 +124,13 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+
+# ---------------------------------------------------------------------------- LOGIN THROTTLING
+# Every password login (login page, admin, API token) goes through this backend; see
+# annotation/auth.py. Failures are counted in the cache per (username, address).
+AUTHENTICATION_BACKENDS = ["annotation.auth.ThrottledModelBackend"]
+LOGIN_THROTTLE_ATTEMPTS = env.int("LOGIN_THROTTLE_ATTEMPTS", default=5)
+LOGIN_THROTTLE_WINDOW = env.int("LOGIN_THROTTLE_WINDOW", default=300)
 
 # ---------------------------------------------------------------------------- I18N
 LANGUAGE_CODE = "en-us"
@@ -194,6 +208,11 @@ CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 # ---------------------------------------------------------------------------- LLM PROVIDERS
 # Judges name the environment variable that holds their API key (never the key itself).
 JUDGE_DEFAULT_TIMEOUT = env.float("JUDGE_DEFAULT_TIMEOUT", default=120.0)
+# Cap on requests in flight per judge across all workers (judging/LIMITS.md):
+# redis://… for many machines; default: a redis broker if set, else lock files in var/.
+JUDGE_LIMITER_URL = env.str("JUDGE_LIMITER_URL", default="")
+# A running job whose heartbeat is older than this is considered dead (resumable).
+JUDGING_HEARTBEAT_STALE_S = env.int("JUDGING_HEARTBEAT_STALE_S", default=60)
 
 # ---------------------------------------------------------------------------- LOGGING
 LOGGING = {

@@ -28,8 +28,14 @@ class Command(BaseCommand):
     help = "Judge a dataset's pools: --estimate (no calls), --inline (this process) or --wait (Celery)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--dataset", required=True)
-        parser.add_argument("--judge", required=True)
+        parser.add_argument("--dataset")
+        parser.add_argument("--judge")
+        parser.add_argument(
+            "--resume",
+            type=int,
+            metavar="JOB_ID",
+            help="resume a paused, failed or dead job",
+        )
         parser.add_argument("--stage", choices=JobStages.values, default=JobStages.BOTH)
         parser.add_argument(
             "--queries", nargs="+", help="external query ids (default: all)"
@@ -54,6 +60,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: object, **opts: object) -> None:
+        if opts["resume"] is not None:
+            return self._resume(opts)
+        if not opts["dataset"] or not opts["judge"]:
+            raise CommandError(
+                "--dataset and --judge are required (or --resume JOB_ID)"
+            )
         dataset = Dataset.objects.filter(name=opts["dataset"]).first()
         if dataset is None:
             raise CommandError(f"dataset {opts['dataset']!r} does not exist")
@@ -93,6 +105,22 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Created judging job {job.pk} ({job.stages}) for {dataset.name!r} with {judge.name!r}."
         )
+        self._follow(job, opts)
+
+    def _resume(self, opts: dict) -> None:
+        job = JudgingJob.objects.filter(pk=opts["resume"]).first()
+        if job is None:
+            raise CommandError(f"judging job {opts['resume']} does not exist")
+        try:
+            job = services.job_resume(job=job, queue=not opts["inline"])
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from exc
+        self.stdout.write(
+            f"Resumed judging job {job.pk}: only missing windows will be asked."
+        )
+        self._follow(job, opts)
+
+    def _follow(self, job: JudgingJob, opts: dict) -> None:
         if opts["inline"]:
             from judging.runner import job_run
 
