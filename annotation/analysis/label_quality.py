@@ -1,0 +1,151 @@
+"""Label quality against blind human grades: label AUC, matched-flag-rate recall, ECE of
+gains against "useful or better", per-query Spearman (README.md)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from annotation.analysis.agreement import auc
+
+__all__ = [
+    "ECE_BINS",
+    "USEFUL_GRADE",
+    "Calibration",
+    "ece",
+    "label_auc",
+    "matched_flag_recall",
+    "query_spearman",
+]
+
+USEFUL_GRADE = 2
+ECE_BINS = 10
+
+
+def label_auc(
+    labels: Sequence[float] | np.ndarray, useful: Sequence[bool] | np.ndarray
+) -> float | None:
+    """AUC of a document label (RCP gain or qrel; ties averaged) for useful documents
+    (panel-mean grade >= 2) against the rest. None without both classes."""
+    return auc(labels, useful)
+
+
+def matched_flag_recall(
+    scores: Sequence[float] | np.ndarray,
+    qrels: Sequence[float] | np.ndarray,
+    useful: Sequence[bool] | np.ndarray,
+) -> dict:
+    """Recall of useful documents when RCP flags as many documents as qrels do.
+
+    qrels flag m = #(qrel > 0) documents; RCP flags the m highest scores, documents tied
+    at the cut sharing the remaining places fractionally. Returns flag rate, recall and
+    precision for both, and the qrel error rates in both directions.
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    q = np.asarray(qrels, dtype=np.float64) > 0
+    u = np.asarray(useful, dtype=bool)
+    if not (s.shape == q.shape == u.shape):
+        raise ValueError("scores, qrels and useful differ in shape")
+    n, m, n_useful = len(s), int(q.sum()), int(u.sum())
+    weight = np.zeros(n)
+    if m > 0:
+        cut = np.sort(s)[::-1][m - 1]
+        above = s > cut
+        at = s == cut
+        weight[above] = 1.0
+        weight[at] = (m - above.sum()) / at.sum()
+    rcp_hits, qrel_hits = float(weight[u].sum()), float((q & u).sum())
+
+    def share(num: float, den: int) -> float | None:
+        return num / den if den else None
+
+    return {
+        "documents": n,
+        "useful": n_useful,
+        "flagged": m,
+        "flag_rate": share(m, n),
+        "recall": {
+            "rcp": share(rcp_hits, n_useful),
+            "qrel": share(qrel_hits, n_useful),
+        },
+        "precision": {"rcp": share(rcp_hits, m), "qrel": share(qrel_hits, m)},
+        "useful_without_positive_qrel": share(float((~q & u).sum()), int((~q).sum())),
+        "useless_with_positive_qrel": share(float((q & ~u).sum()), m),
+    }
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """ECE and the reliability bins (count, mean predicted, observed rate per bin)."""
+
+    ece: float | None
+    n: int
+    bins: tuple[dict, ...]
+
+
+def ece(
+    predicted: Sequence[float] | np.ndarray,
+    outcomes: Sequence[bool] | np.ndarray,
+    *,
+    bins: int = ECE_BINS,
+) -> Calibration:
+    """ECE = sum over equal-width bins of (count / N) |observed - mean predicted|.
+
+    Bin b = min(floor(p * bins), bins - 1), i.e. [lo, hi) with the last bin closed,
+    as in calibration.rcp.diagnostics. Predictions must lie in [0, 1].
+    """
+    p = np.asarray(predicted, dtype=np.float64)
+    y = np.asarray(outcomes, dtype=np.float64)
+    if p.shape != y.shape:
+        raise ValueError("predicted and outcomes differ in shape")
+    if np.any(~np.isfinite(p)) or np.any((p < 0) | (p > 1)):
+        raise ValueError("predictions must lie in [0, 1]")
+    n = len(p)
+    if n == 0:
+        return Calibration(None, 0, ())
+    b = np.minimum((p * bins).astype(np.int64), bins - 1)
+    cnt = np.bincount(b, minlength=bins)
+    pred = np.bincount(b, p, bins)
+    obs = np.bincount(b, y, bins)
+    value = float(np.abs(obs - pred).sum() / n)
+    out = tuple(
+        {
+            "lo": i / bins,
+            "hi": (i + 1) / bins,
+            "count": int(cnt[i]),
+            "predicted": float(pred[i] / cnt[i]) if cnt[i] else None,
+            "observed": float(obs[i] / cnt[i]) if cnt[i] else None,
+        }
+        for i in range(bins)
+    )
+    return Calibration(value, n, out)
+
+
+def query_spearman(
+    query_ids: Sequence[str],
+    scores: Sequence[float] | np.ndarray,
+    grades: Sequence[float] | np.ndarray,
+) -> float | None:
+    """Spearman, across queries, of the per-query mean score against the per-query
+    mean grade (one entry per document; every document weighs the same). None with
+    fewer than 3 queries or a constant side."""
+    s = np.asarray(scores, dtype=np.float64)
+    g = np.asarray(grades, dtype=np.float64)
+    if not (len(query_ids) == len(s) == len(g)):
+        raise ValueError("query_ids, scores and grades differ in length")
+    keys, inv = np.unique(
+        np.asarray(query_ids, dtype=object).astype(str), return_inverse=True
+    )
+    if len(keys) < 3:
+        return None
+    cnt = np.bincount(inv)
+    mean_s = np.bincount(inv, s) / cnt
+    mean_g = np.bincount(inv, g) / cnt
+    if np.ptp(mean_s) == 0 or np.ptp(mean_g) == 0:
+        return None
+    rho = float(spearmanr(mean_s, mean_g).statistic)
+    return None if math.isnan(rho) else rho
