@@ -1,1 +1,234 @@
-"""views of the calibration app."""
+"""HTML pages of the calibration app: fits, the calibrate button, fit diagnostics
+with plots, and the leaderboard with CI bars and the pair-separation matrix."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_POST
+
+from benchmarks.selectors import dataset_get, dataset_list
+from calibration.rcp.ndcg import PROTOCOLS
+from rcp_platform.api import can_read_benchmarks
+from rcp_platform.exceptions import ApplicationError
+
+from . import plots, selectors, services
+from .models import FitStatus, RequestedMode
+
+
+def _require_reader(request: HttpRequest) -> None:
+    if not can_read_benchmarks(request.user):
+        raise PermissionDenied
+
+
+@login_required
+def fit_index(request: HttpRequest) -> HttpResponse:
+    """Fits, newest first, and the calibrate form (staff) per dataset."""
+    _require_reader(request)
+    fits = Paginator(selectors.fit_list(user=request.user), 30).get_page(
+        request.GET.get("page")
+    )
+    return render(
+        request,
+        "calibration/index.html",
+        {
+            "fits": fits,
+            "datasets": dataset_list(user=request.user),
+            "modes": RequestedMode.choices,
+        },
+    )
+
+
+@login_required
+@require_POST
+def fit_create(request: HttpRequest) -> HttpResponse:
+    """The calibrate button: queue a fit as a Celery job (staff only)."""
+    if not request.user.is_staff:
+        raise PermissionDenied
+    try:
+        datasets = [
+            dataset_get(user=request.user, ref=ref)
+            for ref in request.POST.getlist("dataset")
+        ]
+        fit = services.calibration_fit_request(
+            datasets=datasets,
+            mode=request.POST.get("mode", RequestedMode.AUTO),
+            family=request.POST.get("family") or None,
+            created_by=request.user,
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+        return redirect("calibration:index")
+    messages.success(request, f"Calibration {fit.pk} queued.")
+    return redirect("calibration:fit-detail", pk=fit.pk)
+
+
+@login_required
+def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """Items, item characteristic curves + gain curve, tau distribution,
+    reliability diagram, criterion correlations and coverage of one fit."""
+    _require_reader(request)
+    fit = selectors.fit_get(user=request.user, pk=pk)
+    diag = fit.diagnostics or {}
+    context: dict = {
+        "fit": fit,
+        "datasets": sorted(d.name for d in fit.datasets.all()),
+        "running": fit.status in (FitStatus.PENDING, FitStatus.RUNNING),
+        "diag": diag,
+    }
+    items = fit.items or {}
+    if items.get("gamma"):
+        context["items"] = list(
+            zip(items["criteria"], items["gamma"], items["beta"], strict=True)
+        )
+        context["icc_svg"] = mark_safe(
+            plots.item_curves_svg(items["gamma"], items["beta"], items["criteria"])
+        )
+    query_rows = list(selectors.fit_query_rows(fit=fit))
+    taus = [r.tau for r in query_rows if r.tau is not None]
+    tau = diag.get("tau") or {}
+    if taus:
+        context["tau_svg"] = mark_safe(
+            plots.histogram_svg(
+                taus,
+                markers={"p5": tau.get("p5"), "p95": tau.get("p95")},
+                xlabel="per-query scale τ",
+            )
+        )
+    rel = diag.get("reliability")
+    if rel and rel.get("bins"):
+        context["reliability_svg"] = mark_safe(plots.reliability_svg(rel["bins"]))
+        context["per_criterion"] = list(
+            zip(items.get("criteria", []), rel.get("per_criterion", []), strict=False)
+        )
+    cov = diag.get("coverage")
+    if cov:
+        context["coverage_svg"] = mark_safe(
+            plots.coverage_bars_svg(
+                [
+                    ("invalid Stage A", cov["invalid_share"]["tournament"]),
+                    ("invalid Stage B", cov["invalid_share"]["rubric"]),
+                    (
+                        "uncalibrated docs",
+                        cov["uncalibrated_documents"] / max(cov["documents"], 1),
+                    ),
+                ]
+            )
+        )
+    context["query_rows"] = [r for r in query_rows if r.flagged or not r.has_rubric][
+        :50
+    ]
+    context["abilities"] = list(selectors.ability_list(fit=fit)[:20])
+    return render(request, "calibration/fit_detail.html", context)
+
+
+@login_required
+def leaderboard(request: HttpRequest) -> HttpResponse:
+    """Leaderboard of one dataset or a suite (?dataset=A&dataset=B&k=10&protocol=)."""
+    _require_reader(request)
+    refs = request.GET.getlist("dataset")
+    context: dict = {
+        "protocols": sorted(PROTOCOLS),
+        "all_datasets": dataset_list(user=request.user),
+        "selected": refs,
+        "k": request.GET.get("k", "10"),
+        "protocol": request.GET.get("protocol", ""),
+    }
+    if refs:
+        try:
+            k = int(context["k"])
+            datasets = [dataset_get(user=request.user, ref=r) for r in refs]
+            board = selectors.leaderboard_compute(
+                datasets=datasets, k=k, protocol=context["protocol"] or None
+            )
+        except ValueError:
+            context["error"] = "k must be a whole number"
+        except ApplicationError as exc:
+            context["error"] = exc.message
+        else:
+            context.update(_board_context(board))
+    return render(request, "calibration/leaderboard.html", context)
+
+
+def _board_context(board: dict) -> dict:
+    systems = board["systems"]
+    metrics = selectors.METRICS
+    rows = []
+    for s in systems:
+        cells = []
+        for m in metrics:
+            rank, base = s["rank"][m], s["rank"]["rcp_ndcg"]
+            cells.append(
+                {
+                    "value": s[m],
+                    "ci": s[selectors.CI_KEYS[m]],
+                    "rank": rank,
+                    "change": 0 if rank is None or base is None else base - rank,
+                }
+            )
+        rows.append(
+            {"system": s["system"], "rank": s["rank"]["rcp_ndcg"], "cells": cells}
+        )
+    ci_svgs = []
+    for i, m in enumerate(metrics):
+        plot_rows = [
+            {
+                "name": r["system"],
+                "value": r["cells"][i]["value"],
+                "ci": r["cells"][i]["ci"],
+                "changed": r["cells"][i]["change"] != 0,
+            }
+            for r in rows
+        ]
+        if any(p["value"] is not None for p in plot_rows):
+            ci_svgs.append(
+                mark_safe(
+                    plots.ci_bars_svg(
+                        plot_rows, title=f"{selectors.METRIC_LABELS[m]}@{board['k']}"
+                    )
+                )
+            )
+    names = [s["system"] for s in systems]
+    matrices = []
+    for m in metrics:
+        cells = {}
+        for p in board["pairs"]:
+            if p["metric"] != m:
+                continue
+            cells[p["a"], p["b"]] = p
+            cells[p["b"], p["a"]] = {
+                **p,
+                "delta": -p["delta"] if p["delta"] is not None else 0.0,
+            }
+        if cells:
+            matrices.append(
+                mark_safe(
+                    plots.pair_matrix_svg(
+                        names, cells, title=selectors.METRIC_LABELS[m]
+                    )
+                )
+            )
+    summary = [
+        {
+            "metric": selectors.METRIC_LABELS[m],
+            "sensitivity": board["sensitivity"].get(m),
+            "failure": board["failure_modes"].get(m),
+            "separated": sum(
+                1 for p in board["pairs"] if p["metric"] == m and p["separated"]
+            ),
+            "pairs": sum(1 for p in board["pairs"] if p["metric"] == m),
+        }
+        for m in metrics
+    ]
+    return {
+        "board": board,
+        "rows": rows,
+        "ci_svgs": ci_svgs,
+        "matrices": matrices,
+        "summary": summary,
+    }

@@ -144,24 +144,25 @@ class JobDetailApi(APIView):
 
 
 class _JobActionApi(APIView):
-    action = staticmethod(services.job_pause)
+    # Not named ``action``: DRF and drf-spectacular reserve that attribute.
+    operation = staticmethod(services.job_pause)
 
     @extend_schema(request=None, responses=JobOutput)
     def post(self, request: Request, job_id: int) -> Response:
         job = selectors.job_get(user=request.user, job_id=job_id)
-        return Response(JobOutput(self.action(job=job)).data)
+        return Response(JobOutput(self.operation(job=job)).data)
 
 
 class JobPauseApi(_JobActionApi):
-    action = staticmethod(services.job_pause)
+    operation = staticmethod(services.job_pause)
 
 
 class JobCancelApi(_JobActionApi):
-    action = staticmethod(services.job_cancel)
+    operation = staticmethod(services.job_cancel)
 
 
 class JobResumeApi(_JobActionApi):
-    action = staticmethod(services.job_resume)
+    operation = staticmethod(services.job_resume)
 
 
 class WindowDetailApi(APIView):

@@ -180,6 +180,9 @@ class JudgmentWindow(models.Model):
         max_length=20, choices=WindowStatus.choices, default=WindowStatus.PLANNED
     )
     lease_until = models.DateTimeField(null=True, blank=True)
+    claim = models.CharField(
+        max_length=32, blank=True, help_text="token of the runner that holds the window"
+    )
     valid = models.BooleanField(null=True)
     invalid_category = models.CharField(
         max_length=20,

@@ -9,13 +9,18 @@ once; a global limiter caps requests in flight per judge across all workers.
 from __future__ import annotations
 
 import logging
+import secrets
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
+from pathlib import Path
 
-from django.db import close_old_connections, connection
+from django.db import connection
+from threadpoolctl import threadpool_limits
 
 from benchmarks.models import Query
 
@@ -94,8 +99,14 @@ class JobRunner:
         limiter=None,
         poll_s: float = 0.5,
         progress: Callable[[JudgingJob], None] | None = None,
+        processes: int = 1,
+        shard: tuple[int, int] | None = None,
     ) -> None:
         self.job = job
+        # ``processes`` > 1: this runner owns the job and starts helper processes
+        # (``judge_shard``) for the other shards; ``shard`` marks such a helper.
+        self.processes = max(1, processes)
+        self.shard = shard
         self.judge = job.judge
         self.tournament, self.rubric = services.job_schedules(job.params)
         self.poll_s = poll_s
@@ -103,6 +114,16 @@ class JobRunner:
         self.stop = threading.Event()
         self.stop_reason = ""
         self.held: set[int] = set()
+        self.token = secrets.token_hex(16)
+        # Request counters are summed here and flushed with each heartbeat: one
+        # UPDATE per window would cost more than the window's own bookkeeping.
+        self.counts = {
+            "requests": 0,
+            "retries": 0,
+            "input_tokens": 0,
+            "output_tokens": 0,
+        }
+        self.counts_lock = threading.Lock()
         self.budget = (
             prompts.TextBudget(self.judge.context_tokens, self.judge.max_output_tokens)
             if self.judge.context_tokens
@@ -123,11 +144,36 @@ class JobRunner:
     # ------------------------------------------------------------------ entry point
     def run(self) -> str:
         """Run the job if it can be claimed; returns the job's final status."""
-        if not services.job_claim(job_id=self.job.pk):
+        # Window fits are small matrices solved by many threads at once: BLAS's own
+        # threads would only spin against ours (measured: 10-50x CPU per fit).
+        with threadpool_limits(limits=1):
+            return self._run()
+
+    def _run(self) -> str:
+        """Body of :meth:`run`.
+
+        A helper (``shard`` set) never claims or closes the job: it works on its
+        share of the queries while the owner's job is running.
+        """
+
+        def status_of() -> str:
             return JudgingJob.objects.values_list("status", flat=True).get(
                 pk=self.job.pk
             )
-        queries = services._job_queries(self.job.dataset, self.job.query_ids)
+
+        if self.shard is None and not services.job_claim(job_id=self.job.pk):
+            return status_of()
+        if self.shard is not None and status_of() != JobStatus.RUNNING:
+            return status_of()
+        index, total = self.shard or (0, self.processes)
+        helpers = self.helpers = (
+            [self._start_helper(i, total) for i in range(1, total)]
+            if self.shard is None
+            else []
+        )
+        queries = services._job_queries(self.job.dataset, self.job.query_ids)[
+            index::total
+        ]
         pools = services.query_pools(queries)
         work = [
             _Query(q.pk, q.external_id, q.text, pools[q.pk][0], pools[q.pk][1])
@@ -160,6 +206,16 @@ class JobRunner:
             calls.shutdown(wait=True)
             self.stop.set()
             beat.join(timeout=5)
+            self._flush_counts()
+            for helper in helpers:
+                if helper.wait() != 0 and not error:
+                    error = f"helper process for shard {helper.args[-2]} failed (exit code {helper.returncode})"
+        if self.shard is not None:
+            if error:
+                raise RuntimeError(
+                    error
+                )  # the owner sees the exit code and fails the job
+            return status_of()
         if error:
             services.job_finish(
                 job_id=self.job.pk, status=JobStatus.FAILED, error=error
@@ -168,6 +224,19 @@ class JobRunner:
             services.job_finish(job_id=self.job.pk, status=JobStatus.DONE)
         self.job.refresh_from_db()
         return self.job.status
+
+    def _start_helper(self, index: int, total: int) -> subprocess.Popen:
+        manage = Path(__file__).resolve().parent.parent / "manage.py"
+        return subprocess.Popen(
+            [
+                sys.executable,
+                str(manage),
+                "judge_shard",
+                str(self.job.pk),
+                str(index),
+                str(total),
+            ]
+        )
 
     # ------------------------------------------------------------------ per query
     def _run_query(
@@ -220,35 +289,40 @@ class JobRunner:
             rows = services.windows_plan(
                 job=self.job, query=db_query, stage=stage, planned=planned
             )
-            mine = [
-                row
-                for row in rows
-                if not self.stop.is_set()
-                and services.window_claim(
-                    window_id=row.pk,
+            if self.stop.is_set():
+                raise StopRun(self.stop_reason)
+            got = set(
+                services.windows_claim(
+                    window_ids=[row.pk for row in rows],
                     job_id=self.job.pk,
+                    token=self.token,
                     lease_s=self.lease_s,
-                    reask_refused=row.pk not in self.held,
+                    reask={row.pk for row in rows} - self.held,
                 )
-            ]
-            self.held.update(row.pk for row in mine)
-            futures = [calls.submit(self._ask, query, row) for row in mine]
-            for future in futures:
-                future.result()  # a fatal judge error stops the job
+            )
+            mine = [row for row in rows if row.pk in got]
+            self.held.update(got)
+            # Call threads only talk to the judge; this query's thread stores each
+            # answer as it arrives, so database connections stay one per query loop.
+            futures = {calls.submit(self._ask_window, query, row): row for row in mine}
+            fatal = None
+            for future in as_completed(futures):
+                row = futures[future]
+                try:
+                    services.window_complete(
+                        window_id=row.pk, token=self.token, **future.result()
+                    )
+                except BaseException as exc:  # the judge refused us for good
+                    services.window_release(window_id=row.pk, token=self.token)
+                    fatal = fatal or exc
+            if fatal is not None:
+                raise fatal
             if len(mine) < len(rows):
                 time.sleep(self.poll_s)  # others hold some windows; wait for them
 
     # ------------------------------------------------------------------ one window
-    def _ask(self, query: _Query, row: JudgmentWindow) -> None:
-        try:
-            self._ask_window(query, row)
-        except BaseException:
-            services.window_release(window_id=row.pk)
-            raise
-        finally:
-            close_old_connections()
-
-    def _ask_window(self, query: _Query, row: JudgmentWindow) -> None:
+    def _ask_window(self, query: _Query, row: JudgmentWindow) -> dict:
+        """Ask one window (up to 3 attempts); returns the fields to store. No DB access."""
         from .clients import FatalJudgeError, TransientJudgeError
 
         texts = [query.texts[d] for d in row.doc_ids]
@@ -287,20 +361,17 @@ class JobRunner:
             result = parse(raw, len(texts), finish_reason=call.finish_reason)
             if result.valid:
                 break
-        services.job_count(
-            job_id=self.job.pk,
-            requests=attempts + retries,
-            retries=retries + attempts - 1,
-            input_tokens=tokens_in,
-            output_tokens=tokens_out,
-        )
+        with self.counts_lock:
+            self.counts["requests"] += attempts + retries
+            self.counts["retries"] += retries + attempts - 1
+            self.counts["input_tokens"] += tokens_in
+            self.counts["output_tokens"] += tokens_out
         ranking = (
             [row.doc_ids[i] for i in result.ranking]
             if result.valid and result.ranking
             else None
         )
-        services.window_complete(
-            window_id=row.pk,
+        return dict(
             valid=result.valid,
             category=""
             if result.valid
@@ -320,10 +391,29 @@ class JobRunner:
         )
 
     # ------------------------------------------------------------------ heartbeat
+    def _flush_counts(self) -> None:
+        with self.counts_lock:
+            counts, self.counts = self.counts, dict.fromkeys(self.counts, 0)
+        if any(counts.values()):
+            services.job_count(job_id=self.job.pk, **counts)
+
     def _heartbeat(self) -> None:
         try:
             while not self.stop.wait(HEARTBEAT_S):
-                status = services.job_heartbeat(job_id=self.job.pk)
+                self._flush_counts()
+                failed = [
+                    h for h in getattr(self, "helpers", []) if h.poll() not in (None, 0)
+                ]
+                if failed:
+                    self.stop_reason = ""
+                    self.stop.set()
+                    break
+                if self.shard is None:
+                    status = services.job_heartbeat(job_id=self.job.pk)
+                else:
+                    status = JudgingJob.objects.values_list("status", flat=True).get(
+                        pk=self.job.pk
+                    )
                 if status != JobStatus.RUNNING:
                     self.stop_reason = status
                     self.stop.set()
@@ -333,7 +423,15 @@ class JobRunner:
             connection.close()
 
 
-def job_run(*, job_id: int, **kwargs) -> str:
-    """Run job ``job_id`` here (Celery task body and ``judge --inline``)."""
+def job_run(*, job_id: int, processes: int | None = None, **kwargs) -> str:
+    """Run job ``job_id`` here (Celery task body and ``judge --inline``).
+
+    ``processes`` (default: the JUDGING_PROCESSES setting) > 1 shares the queries
+    with helper processes, so request handling is not bound to one core.
+    """
+    from django.conf import settings
+
     job = JudgingJob.objects.select_related("judge", "dataset").get(pk=job_id)
-    return JobRunner(job, **kwargs).run()
+    if processes is None:
+        processes = getattr(settings, "JUDGING_PROCESSES", 1)
+    return JobRunner(job, processes=processes, **kwargs).run()

@@ -409,7 +409,10 @@ def bt_abilities(
     winners, losers, labels, weights = (
         np.concatenate(x) for x in zip(*parts, strict=True)
     )
-    theta = fit_bt(winners, losers, labels, weights, len(doc_ids)).theta
+    # The reference's live-fit tolerances: scheduling needs an order, not 1e-11.
+    theta = fit_bt(
+        winners, losers, labels, weights, len(doc_ids), gtol=1e-7, ftol=1e-9
+    ).theta
     return {d: float(theta[i]) for d, i in index.items()}
 
 

@@ -477,36 +477,48 @@ def windows_plan(
     return [stored[p.seq] for p in planned]
 
 
-def window_claim(
-    *, window_id: int, job_id: int, lease_s: float, reask_refused: bool
-) -> bool:
-    """Compare-and-set a window to in-flight for this job. False if someone has it."""
+def windows_claim(
+    *, window_ids: list[int], job_id: int, token: str, lease_s: float, reask: set[int]
+) -> list[int]:
+    """Compare-and-set windows to in-flight under this runner's ``token`` in one
+    statement; returns the ids it got. Windows held by a live lease are skipped.
+
+    ``reask`` are ids of refused windows (no answer) this run may ask again.
+    """
     now = timezone.now()
     claimable = Q(status=WindowStatus.PLANNED) | Q(
         status=WindowStatus.IN_FLIGHT, lease_until__lt=now
     )
-    if reask_refused:
+    if reask:
         claimable |= Q(
-            status=WindowStatus.DONE, invalid_category=InvalidCategory.REFUSED
+            pk__in=reask,
+            status=WindowStatus.DONE,
+            invalid_category=InvalidCategory.REFUSED,
         )
-    return bool(
-        JudgmentWindow.objects.filter(claimable, pk=window_id).update(
-            status=WindowStatus.IN_FLIGHT,
-            job_id=job_id,
-            lease_until=now + timedelta(seconds=lease_s),
-        )
+    JudgmentWindow.objects.filter(claimable, pk__in=window_ids).update(
+        status=WindowStatus.IN_FLIGHT,
+        job_id=job_id,
+        claim=token,
+        lease_until=now + timedelta(seconds=lease_s),
+    )
+    return list(
+        JudgmentWindow.objects.filter(
+            pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
+        ).values_list("pk", flat=True)
     )
 
 
-def window_release(*, window_id: int) -> None:
-    JudgmentWindow.objects.filter(pk=window_id, status=WindowStatus.IN_FLIGHT).update(
-        status=WindowStatus.PLANNED, lease_until=None
-    )
+def window_release(*, window_id: int, token: str) -> None:
+    """Give a claimed window back (its call could not be made)."""
+    JudgmentWindow.objects.filter(
+        pk=window_id, status=WindowStatus.IN_FLIGHT, claim=token
+    ).update(status=WindowStatus.PLANNED, lease_until=None, claim="")
 
 
 def window_complete(
     *,
     window_id: int,
+    token: str,
     valid: bool,
     category: str,
     reason: str,

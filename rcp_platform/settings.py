@@ -213,6 +213,9 @@ JUDGE_DEFAULT_TIMEOUT = env.float("JUDGE_DEFAULT_TIMEOUT", default=120.0)
 JUDGE_LIMITER_URL = env.str("JUDGE_LIMITER_URL", default="")
 # A running job whose heartbeat is older than this is considered dead (resumable).
 JUDGING_HEARTBEAT_STALE_S = env.int("JUDGING_HEARTBEAT_STALE_S", default=60)
+# Processes one judging job uses (its queries are shared out); request handling is
+# CPU-bound in Python, so high-concurrency judges want one per core.
+JUDGING_PROCESSES = env.int("JUDGING_PROCESSES", default=1)
 
 # ---------------------------------------------------------------------------- LOGGING
 LOGGING = {
@@ -220,4 +223,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    # One line per judge request would drown everything else (and cost CPU).
+    "loggers": {
+        name: {"level": "WARNING"} for name in ("httpx", "httpx2", "httpcore", "openai")
+    },
 }

@@ -8,6 +8,7 @@ from rest_framework.authtoken.views import ObtainAuthToken
 
 from benchmarks import urls as benchmarks_urls
 from benchmarks import views as benchmarks_views
+from calibration import urls as calibration_urls
 from judging import urls as judging_urls
 
 urlpatterns = [
@@ -25,7 +26,9 @@ urlpatterns = [
     ),
     path("api/v1/", include((benchmarks_urls.api_urlpatterns, "benchmarks-api"))),
     path("api/v1/", include((judging_urls.api_urlpatterns, "judging-api"))),
+    path("api/v1/", include((calibration_urls.api_urlpatterns, "calibration-api"))),
     path("benchmarks/", include("benchmarks.urls")),
     path("judging/", include("judging.urls")),
+    path("calibration/", include("calibration.urls")),
     path("", benchmarks_views.home, name="home"),
 ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import expit
 
 __all__ = [
@@ -109,6 +108,8 @@ def fit_bt(
     *,
     l2: float = BT_L2,
     init: np.ndarray | None = None,
+    gtol: float = 1e-11,
+    ftol: float = 1e-15,
 ) -> BTResult:
     """Weighted soft-label BT: minimise sum_k w_k BCE_k / sum_k w_k + l2/2 |raw|^2.
 
@@ -116,6 +117,8 @@ def fit_bt(
     aggregates internally. ``init`` is a previous ``raw`` (warm start). SE_i =
     1/sqrt(sum_k w_k p_k(1-p_k) + l2) over i's comparisons (unnormalised weights).
     Documents without comparisons get theta 0 and are excluded from the centring.
+    The default tolerances converge fully (calibration); window scheduling passes the
+    reference's looser live-fit tolerances (gtol 1e-7, ftol 1e-9), ~50x faster.
     """
     if n_docs < 0:
         raise ValueError("n_docs must be non-negative")
@@ -151,14 +154,8 @@ def fit_bt(
         grad = np.bincount(win, r, n_docs) - np.bincount(los, r, n_docs) + l2 * raw
         return loss, grad
 
-    res = minimize(
-        objective,
-        x0,
-        jac=True,
-        method="L-BFGS-B",
-        options={"maxiter": 2000, "maxcor": 100, "ftol": 1e-15, "gtol": 1e-11},
-    )
-    raw = np.where(compared, res.x, 0.0)
+    x = _newton(objective, win, los, wn, n_docs, l2, x0, gtol=gtol, ftol=ftol)
+    raw = np.where(compared, x, 0.0)
     theta = np.where(compared, raw - raw[compared].mean(), 0.0)
     p = expit(raw[win] - raw[los])
     info = np.bincount(win, w * p * (1 - p), n_docs) + np.bincount(
@@ -166,6 +163,55 @@ def fit_bt(
     )
     se = 1.0 / np.sqrt(info + l2)
     return BTResult(theta=theta, se=se, raw=raw)
+
+
+def _newton(
+    objective,
+    win: np.ndarray,
+    los: np.ndarray,
+    wn: np.ndarray,
+    n: int,
+    l2: float,
+    x0: np.ndarray,
+    *,
+    gtol: float,
+    ftol: float,
+    maxiter: int = 200,
+) -> np.ndarray:
+    """Damped Newton on the (strictly convex, ridge l2 > 0) BT objective.
+
+    The Hessian is the weighted pair Laplacian plus l2*I, dense n x n: at pool sizes
+    (<= a few hundred documents) one solve costs far less than the hundreds of
+    gradient steps a quasi-Newton method needs on this ill-conditioned problem.
+    Stops when max|grad| <= gtol or the objective improves by less than ftol.
+    """
+    x = x0
+    fx, g = objective(x)
+    diag_idx = np.arange(n)
+    for _ in range(maxiter):
+        if np.max(np.abs(g)) <= gtol:
+            break
+        p = expit(x[win] - x[los])
+        h = wn * p * (1.0 - p)
+        hess = np.bincount(win * n + los, h, n * n).reshape(n, n)
+        hess = -(hess + hess.T)
+        hess[diag_idx, diag_idx] += np.bincount(win, h, n) + np.bincount(los, h, n) + l2
+        try:
+            step = np.linalg.solve(hess, g)
+        except np.linalg.LinAlgError:  # pragma: no cover - l2 > 0 keeps it definite
+            step = g
+        t, slope = 1.0, float(g @ step)
+        while True:
+            x_new = x - t * step
+            f_new, g_new = objective(x_new)
+            if f_new <= fx - 1e-4 * t * slope or t < 1e-10:
+                break
+            t *= 0.5
+        improved = fx - f_new
+        x, fx, g = x_new, f_new, g_new
+        if improved <= ftol * max(1.0, abs(fx)):
+            break
+    return x
 
 
 def _as_pair_arrays(

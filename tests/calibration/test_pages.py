@@ -1,0 +1,204 @@
+"""HTML pages of calibration: who sees what, the calibrate button, and pages that
+render their SVG plots with the fit's real numbers."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from django.urls import reverse
+
+from benchmarks.models import Qrel, RankingEntry, System
+from calibration import tasks
+from calibration.models import CalibrationFit, FitStatus
+from calibration.selectors import leaderboard_compute
+from calibration.services import calibration_fit, gains_import
+from tests.calibration.conftest import write_released_gains
+from tests.calibration.factories import simulated_suite
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def sim_fit():
+    suite = simulated_suite(name="pages", n_queries=4)
+    return calibration_fit(datasets=[suite.dataset])
+
+
+def test_fit_page_shows_item_curves_tau_reliability_and_coverage(
+    client, reviewer, sim_fit
+):
+    client.force_login(reviewer)
+    page = client.get(
+        reverse("calibration:fit-detail", args=[sim_fit.pk])
+    ).content.decode()
+    assert page.count("<svg") == 4  # curves, tau histogram, reliability, coverage
+    assert "no CDN" not in page and "<script" not in page
+    for c in ("C1", "C2", "C3", "C4", "C5"):
+        assert f">{c} β=" in page  # legend of the item characteristic curves
+    assert 'class="gain-curve"' in page
+    assert page.count('class="bin"') == sum(
+        1 for b in sim_fit.diagnostics["reliability"]["bins"] if b["count"]
+    )
+    ece = sim_fit.diagnostics["reliability"]["ece"]
+    assert f'<strong id="ece">{ece:.4f}</strong>' in page
+    gamma0 = sim_fit.items["gamma"][0]
+    assert f"{gamma0:.3f}" in page
+    assert "p5" in page and "p95" in page and "Queries calibrated" in page
+
+
+def test_leaderboard_page_has_ci_bars_pair_matrix_and_rank_changes(
+    client, reviewer, tiny, tmp_path
+):
+    gains_import(dataset=tiny, path=write_released_gains(tmp_path / "g.tsv"))
+    client.force_login(reviewer)
+    page = client.get(
+        reverse("calibration:leaderboard"),
+        {"dataset": "tiny", "k": "5", "protocol": "plain"},
+    ).content.decode()
+    # Count-nDCG is empty for released gains: two CI plots, two pair matrices.
+    assert page.count("<svg") == 4
+    assert page.count('class="ci"') == 4  # 2 systems x 2 metrics, no rank change
+    rows = re.findall(r"<tr><td>(\d)</td><td>(\w+)</td>", page)
+    assert rows == [("1", "reranker"), ("2", "bm25")]
+    assert "0.8665" in page and ("0.9866" in page or "0.9865" in page)
+    assert 'class="cell open"' in page  # not separated at p < 0.05, outside tie zone
+    assert "Δ +0.1201" in page  # reranker - bm25 under RCP
+
+
+def test_rank_changes_are_highlighted(client, admin_user):
+    """ "truth" ranks by true ability, "by-grade" by qrel grade (random inside a
+    grade): both score qrel-nDCG 1, so the name tie-break puts "by-grade" first under
+    qrel while RCP-nDCG puts "truth" first; the changed cells are highlighted."""
+    suite = simulated_suite(name="flip", n_queries=4, systems={"truth": 0.0}, seed=5)
+    by_grade = System.objects.create(dataset=suite.dataset, name="by-grade")
+    rng = np.random.default_rng(0)
+    grades = {
+        (q, d): g
+        for q, d, g in Qrel.objects.filter(query__dataset=suite.dataset).values_list(
+            "query_id", "document_id", "grade"
+        )
+    }
+    RankingEntry.objects.bulk_create(
+        RankingEntry(
+            system=by_grade,
+            query_id=e.query_id,
+            document_id=e.document_id,
+            rank=e.rank,
+            score=grades.get((e.query_id, e.document_id), 0) + 0.1 * rng.random(),
+        )
+        for e in RankingEntry.objects.filter(system__dataset=suite.dataset)
+    )
+    calibration_fit(datasets=[suite.dataset])
+    client.force_login(admin_user)
+    page = client.get(
+        reverse("calibration:leaderboard"), {"dataset": "flip"}
+    ).content.decode()
+    board = leaderboard_compute(datasets=[suite.dataset])
+    ranks = {s["system"]: s["rank"] for s in board["systems"]}
+    assert ranks["truth"]["rcp_ndcg"] == 1 and ranks["by-grade"]["qrel_ndcg"] == 1
+    assert (
+        page.count('class="num rank-changed"')
+        == 2 + (ranks["truth"]["count_ndcg"] != 1) * 2
+    )
+    assert page.count('class="ci changed"') == page.count('class="num rank-changed"')
+    assert "▼2" in page and "▲1" in page
+
+
+def test_calibrate_button_queues_a_fit_that_the_task_runs(
+    client, admin_user, monkeypatch, django_capture_on_commit_callbacks
+):
+    suite = simulated_suite(name="button", n_queries=3)
+    client.force_login(admin_user)
+    index = client.get(reverse("calibration:index")).content.decode()
+    assert 'id="calibrate"' in index and '<option value="button">' in index
+    queued = []
+    monkeypatch.setattr(tasks.calibration_fit_run, "delay", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(
+            reverse("calibration:fit-create"), {"dataset": ["button"], "mode": "auto"}
+        )
+    fit = CalibrationFit.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(
+        f"/fits/{fit.pk}/"
+    )
+    assert queued == [fit.pk]
+    pending = client.get(response["Location"]).content.decode()
+    assert 'http-equiv="refresh"' in pending and "pending" in pending
+    tasks.calibration_fit_run(fit.pk)
+    fit.refresh_from_db()
+    assert fit.status == FitStatus.DONE and fit.mode == "tournament"
+    assert suite.dataset in fit.datasets.all()
+    done = client.get(response["Location"]).content.decode()
+    assert 'http-equiv="refresh"' not in done and "<svg" in done
+
+
+def test_calibrate_button_errors_are_shown(client, admin_user):
+    client.force_login(admin_user)
+    response = client.post(
+        reverse("calibration:fit-create"), {"dataset": ["nope"]}, follow=True
+    )
+    assert "dataset &#x27;nope&#x27; not found" in response.content.decode()
+    assert not CalibrationFit.objects.exists()
+
+
+@pytest.mark.parametrize("role", ["annotator", "outsider"])
+def test_annotators_and_outsiders_see_nothing(client, request, role, sim_fit):
+    client.force_login(request.getfixturevalue(role))
+    for url in (
+        reverse("calibration:index"),
+        reverse("calibration:fit-detail", args=[sim_fit.pk]),
+        reverse("calibration:leaderboard") + "?dataset=pages",
+    ):
+        assert client.get(url).status_code == 403
+    assert (
+        client.post(
+            reverse("calibration:fit-create"), {"dataset": ["pages"]}
+        ).status_code
+        == 403
+    )
+
+
+def test_reviewer_cannot_press_calibrate(client, reviewer, sim_fit):
+    client.force_login(reviewer)
+    assert (
+        'id="calibrate"'
+        not in client.get(reverse("calibration:index")).content.decode()
+    )
+    assert (
+        client.post(
+            reverse("calibration:fit-create"), {"dataset": ["pages"]}
+        ).status_code
+        == 403
+    )
+
+
+def test_index_lists_fits_in_bounded_queries(
+    client, admin_user, tiny, tmp_path, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(admin_user)
+    gains_import(dataset=tiny, path=write_released_gains(tmp_path / "g.tsv"))
+    url = reverse("calibration:index")
+    client.get(url)
+    with CaptureQueriesContext(connection) as few:
+        client.get(url)
+    for i in range(5):
+        gains_import(dataset=tiny, path=write_released_gains(tmp_path / f"g{i}.tsv"))
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        page = client.get(url).content.decode()
+    assert page.count('href="/calibration/fits/') == 6
+
+
+@pytest.mark.parametrize(
+    "model", ["calibrationfit", "querycalibration", "documentability"]
+)
+def test_admin_changelists_are_read_only(client, admin_user, sim_fit, model):
+    client.force_login(admin_user)
+    assert (
+        client.get(reverse(f"admin:calibration_{model}_changelist")).status_code == 200
+    )
+    assert client.get(reverse(f"admin:calibration_{model}_add")).status_code == 403
