@@ -162,3 +162,32 @@ def job_token_totals(*, job: JudgingJob) -> dict[str, int]:
     return JudgmentWindow.objects.filter(job=job).aggregate(
         input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens")
     )
+
+
+def window_prompt(*, window: JudgmentWindow) -> dict[str, str]:
+    """The prompt a window was asked with, rendered again from its documents, and
+    whether it still hashes to the stored ``prompt_sha256`` (False: texts changed)."""
+    from benchmarks.models import Document
+
+    from . import prompts
+
+    rows = Document.objects.filter(
+        dataset_id=window.query.dataset_id, external_id__in=window.doc_ids
+    ).values_list("external_id", "title", "text")
+    # Same composition as the runner (judging.services.query_pools): title, newline, text.
+    by_id = {
+        d: f"{title}\n{text}".strip() if title else text for d, title, text in rows
+    }
+    texts = [by_id.get(d, "") for d in window.doc_ids]
+    budget = (
+        prompts.TextBudget(window.judge.context_tokens, window.judge.max_output_tokens)
+        if window.judge.context_tokens
+        else None
+    )
+    messages, sha = prompts.render_prompt(
+        window.stage, window.query.text, texts, budget=budget
+    )
+    return {
+        "text": messages[0]["content"],
+        "matches": not window.prompt_sha256 or sha == window.prompt_sha256,
+    }

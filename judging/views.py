@@ -130,4 +130,8 @@ def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
 def window_detail(request: HttpRequest, window_id: int) -> HttpResponse:
     _reader(request)
     window = selectors.window_get(user=request.user, window_id=window_id)
-    return render(request, "judging/window_detail.html", {"window": window})
+    return render(
+        request,
+        "judging/window_detail.html",
+        {"window": window, "prompt": selectors.window_prompt(window=window)},
+    )

@@ -1,0 +1,119 @@
+"""A judging job started from the browser: estimate first, launch, then live progress
+(no reload) while a real Celery worker (embedded filesystem broker) runs it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from judging.models import JudgingJob, JudgmentWindow
+from judging.simulated import start_simulated_judge
+from rcp_platform import celery_app
+from tests.browser import chromium
+from tests.conftest import REPO
+
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture
+def worker(tmp_path, settings):
+    """A Celery worker process sharing this test's database and a private broker."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        database_url = f"sqlite:///{db['NAME']}"
+    else:
+        database_url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    var = tmp_path / "var"
+    folders = {
+        "data_folder_in": str(var / "celery" / "broker"),
+        "data_folder_out": str(var / "celery" / "broker"),
+        "processed_folder": str(var / "celery" / "processed"),
+        "store_processed": False,
+    }
+    for key in ("data_folder_in", "processed_folder"):
+        os.makedirs(folders[key], exist_ok=True)
+    old = celery_app.conf.broker_transport_options
+    celery_app.conf.broker_transport_options = folders
+    settings.JUDGE_LIMITER_URL = f"file://{tmp_path / 'slots'}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "CELERY_BROKER_URL": "filesystem://",
+        "RCP_VAR_DIR": str(var),
+        "JUDGE_LIMITER_URL": f"file://{tmp_path / 'slots'}",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "rcp_platform",
+            "worker",
+            "--concurrency=1",
+            "--loglevel=warning",
+        ],
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    yield proc
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(timeout=30)
+    celery_app.conf.broker_transport_options = old
+
+
+@pytest.mark.django_db(transaction=True)
+def test_admin_estimates_launches_and_watches_a_job(live_server, worker):
+    call_command("demo", verbosity=0)
+    server, _thread, url = start_simulated_judge(seed=2, latency_ms=150)
+    try:
+        call_command(
+            "add_judge",
+            "--name",
+            "sim",
+            "--base-url",
+            url,
+            "--model",
+            "sim-1",
+            "--concurrency",
+            "2",
+        )
+        with chromium() as browser:
+            page = browser.new_page()
+            page.goto(f"{live_server.url}/login/?next=/judging/")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", "admin-demo-password")
+            page.click("button[type=submit]")
+            page.wait_for_selector("#job-form")
+            page.select_option("#id_dataset", label="tiny")
+            page.select_option("#id_judge", label="sim")
+            page.click("button[name=estimate]")
+            page.wait_for_selector("#estimate")
+            assert "60" in page.inner_text(
+                "#estimate"
+            )  # calls shown before anything runs
+            assert not JudgingJob.objects.exists()
+            page.click("button[name=launch]")
+            page.wait_for_selector("#progress")
+            first = page.inner_text("#progress")
+            # The block refreshes itself while the worker answers windows.
+            page.wait_for_function(
+                "document.querySelector('#progress').dataset.status === 'done'",
+                timeout=90_000,
+            )
+            final = page.inner_text("#progress")
+            assert first != final and "60 / 60 windows (100.0%)" in final
+            assert page.url.endswith(f"/judging/jobs/{JudgingJob.objects.get().pk}/")
+        assert JudgmentWindow.objects.filter(status="done", valid=True).count() == 60
+        assert server.stats()["chat_requests"] == 60
+    finally:
+        server.stop()
