@@ -270,12 +270,32 @@ def pair_key(a: str, b: str) -> tuple[str, str]:
 
 def pair_counts(windows: Iterable[Sequence[str]]) -> Counter[tuple[str, str]]:
     """How many windows held each unordered pair (once per window)."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for window in windows:
-        for i, a in enumerate(window):
-            for b in window[i + 1 :]:
-                counts[pair_key(a, b)] += 1
-    return counts
+    windows = [tuple(w) for w in windows]
+    if not windows:
+        return Counter()
+    # Vectorised: the planner recounts every judged window at each adaptive batch,
+    # and a Python double loop over 45 pairs x hundreds of windows dominated it.
+    ids = sorted({d for w in windows for d in w})
+    index = {d: i for i, d in enumerate(ids)}
+    n = len(ids)
+    codes: list[np.ndarray] = []
+    for size in {len(w) for w in windows}:
+        if size < 2:
+            continue
+        rows = np.array([[index[d] for d in w] for w in windows if len(w) == size])
+        i, j = np.triu_indices(size, k=1)
+        a, b = rows[:, i].ravel(), rows[:, j].ravel()
+        # ids are sorted, so the smaller index is the smaller id: pair_key order.
+        codes.append(np.minimum(a, b) * n + np.maximum(a, b))
+    if not codes:
+        return Counter()
+    pairs, counts = np.unique(np.concatenate(codes), return_counts=True)
+    return Counter(
+        {
+            (ids[c // n], ids[c % n]): int(k)
+            for c, k in zip(pairs.tolist(), counts.tolist(), strict=True)
+        }
+    )
 
 
 class Boundary(NamedTuple):
@@ -506,12 +526,18 @@ def next_tournament_windows(
     planned += _mirrored(strata, "stratified", len(planned), schedule.mirror)
     if missing := _missing(planned, judged):
         return missing
+    counts: Counter[tuple[str, str]] = Counter()
+    counted = 0
     for batch in range(schedule.adaptive_batches_for(n)):
         asked = [judged[w.seq] for w in planned]
         ability = fit(doc_ids, asked)
         ranked = rank_by_ability(doc_ids, ability)
         ordered = {d: ability.get(d, 0.0) for d in ranked}
-        counts = pair_counts(a.doc_ids for a in asked if a.scores is not None)
+        # Counts grow by each batch's windows instead of being recounted from zero.
+        counts.update(
+            pair_counts(a.doc_ids for a in asked[counted:] if a.scores is not None)
+        )
+        counted = len(asked)
         picks = greedy_adaptive_windows(
             ordered,
             boundary_values(ordered, counts, depth=schedule.adaptive_depth),

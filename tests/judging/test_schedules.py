@@ -433,3 +433,22 @@ def test_judging_numerics_import_no_django() -> None:
     )
     repo = Path(__file__).resolve().parents[2]
     assert subprocess.run([sys.executable, "-c", code], cwd=repo).returncode == 0
+
+
+def test_pair_counts_equal_the_plain_double_loop():
+    """The vectorised counter matches counting every pair of every window by hand."""
+    import random as _random
+    from collections import Counter as _Counter
+
+    from judging.schedules import pair_counts, pair_key
+
+    rng = _random.Random(4)
+    ids = [f"d{i}" for i in range(40)] + ["a", "Z", "10"]
+    windows = [rng.sample(ids, rng.choice([1, 2, 5, 10])) for _ in range(300)]
+    expected: _Counter = _Counter()
+    for window in windows:
+        for i, a in enumerate(window):
+            for b in window[i + 1 :]:
+                expected[pair_key(a, b)] += 1
+    assert pair_counts(windows) == expected
+    assert pair_counts([]) == _Counter()
