@@ -47,7 +47,7 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--queries", type=int, default=20)
-    parser.add_argument("--docs", type=int, default=60)
+    parser.add_argument("--docs", type=int, default=150)
     parser.add_argument(
         "--processes", type=int, default=2, help="runner processes (JUDGING_PROCESSES)"
     )
@@ -163,6 +163,10 @@ def main() -> None:
                 with urllib.request.urlopen(stats_url) as resp:
                     samples.append(json.load(resp)["in_flight"])
 
+        reset = urllib.request.Request(
+            url.removesuffix("/v1") + "/stats/reset", method="POST"
+        )
+        urllib.request.urlopen(reset).close()  # the peer's peak must not count
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
