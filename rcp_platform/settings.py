@@ -187,6 +187,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
         "data_folder_in": str(_BROKER_DIR),
         "data_folder_out": str(_BROKER_DIR),
         "processed_folder": str(VAR_DIR / "celery" / "processed"),
+        # Broadcasts (celery control, pidbox) default to ./control in the CWD.
+        "control_folder": str(VAR_DIR / "celery" / "control"),
         "store_processed": False,
     }
     if CELERY_BROKER_URL.startswith("filesystem")

@@ -25,8 +25,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def tiny():
     return dataset_import(
-        name="tiny", corpus=DEMO_TINY / "corpus.jsonl", queries=DEMO_TINY / "queries.jsonl",
-        qrels=DEMO_TINY / "qrels.tsv", pools=DEMO_TINY / "pools.tsv",
+        name="tiny",
+        corpus=DEMO_TINY / "corpus.jsonl",
+        queries=DEMO_TINY / "queries.jsonl",
+        qrels=DEMO_TINY / "qrels.tsv",
+        pools=DEMO_TINY / "pools.tsv",
     )
 
 
@@ -43,15 +46,25 @@ def _limiter(settings, tmp_path):
 
 
 def judge_for(url: str, **kw):
-    return services.judge_create(name=kw.pop("name", "sim"), base_urls=[url], model="sim-1", **kw)
+    return services.judge_create(
+        name=kw.pop("name", "sim"), base_urls=[url], model="sim-1", **kw
+    )
 
 
 def expected_calls(job: JudgingJob) -> dict[str, int]:
     tournament, rubric = services.job_schedules(job.params)
-    sizes = Counter(PoolEntry.objects.filter(query__dataset=job.dataset).values_list("query__text", flat=True))
+    sizes = Counter(
+        PoolEntry.objects.filter(query__dataset=job.dataset).values_list(
+            "query__text", flat=True
+        )
+    )
     return {
         text: sum(
-            sum(services.planned_calls(stage=s, n_docs=n, tournament=tournament, rubric=rubric).values())
+            sum(
+                services.planned_calls(
+                    stage=s, n_docs=n, tournament=tournament, rubric=rubric
+                ).values()
+            )
             for s in services.job_stage_list(job.stages)
         )
         for text, n in sizes.items()
@@ -63,7 +76,9 @@ def test_inline_job_stores_every_window_with_schedule_exact_requests(tiny, serve
     judge = judge_for(url, concurrency=4)
     estimate = services.job_estimate(dataset=tiny, judge=judge)
     job = services.job_create(dataset=tiny, judge=judge, queue=False)
-    assert job_run(job_id=job.pk) == JobStatus.DONE, JudgingJob.objects.get(pk=job.pk).error
+    assert job_run(job_id=job.pk) == JobStatus.DONE, JudgingJob.objects.get(
+        pk=job.pk
+    ).error
     stats = srv.stats()
     per_query = expected_calls(job)
     # Each query's requests equal its schedule; the estimate equals the calls made.
@@ -79,16 +94,31 @@ def test_inline_job_stores_every_window_with_schedule_exact_requests(tiny, serve
     assert job.requests == 60 and job.retries == 0 and job.input_tokens > 0
     progress = selectors.job_progress(job=job)
     assert progress["percent"] == 100.0
-    assert progress["stages"]["tournament"]["random"] == {"planned": 24, "done": 24, "invalid": 0, "in_flight": 0}
+    assert progress["stages"]["tournament"]["random"] == {
+        "planned": 24,
+        "done": 24,
+        "invalid": 0,
+        "in_flight": 0,
+    }
     t = JudgmentWindow.objects.filter(job=job, stage="tournament", seq=1).first()
-    first = JudgmentWindow.objects.get(job=job, stage="tournament", seq=0, query=t.query)
-    assert t.mirrored and t.doc_ids == first.doc_ids[::-1]  # mirrored copies are consecutive
+    first = JudgmentWindow.objects.get(
+        job=job, stage="tournament", seq=0, query=t.query
+    )
+    assert (
+        t.mirrored and t.doc_ids == first.doc_ids[::-1]
+    )  # mirrored copies are consecutive
 
 
-def test_faults_are_retried_and_invalid_answers_recorded_not_imputed(tiny, server, monkeypatch):
+def test_faults_are_retried_and_invalid_answers_recorded_not_imputed(
+    tiny, server, monkeypatch
+):
     srv, url = server
-    srv.configure(fault_rate=0.2, faults=("429", "500", "malformed", "missing_doc", "truncated"))
-    monkeypatch.setattr("judging.clients.JudgeClient.backoff_s", lambda self, retry: 0.01)
+    srv.configure(
+        fault_rate=0.2, faults=("429", "500", "malformed", "missing_doc", "truncated")
+    )
+    monkeypatch.setattr(
+        "judging.clients.JudgeClient.backoff_s", lambda self, retry: 0.01
+    )
     judge = judge_for(url, concurrency=4)
     job = services.job_create(dataset=tiny, judge=judge, queue=False)
     assert job_run(job_id=job.pk) == JobStatus.DONE
@@ -100,7 +130,11 @@ def test_faults_are_retried_and_invalid_answers_recorded_not_imputed(tiny, serve
     assert sum(stats["faults"].values()) > 5
     # Malformed answers were re-asked (3 attempts); any still invalid keep their raw answer.
     for w in windows.filter(valid=False):
-        assert w.attempts == 3 and w.invalid_category in {"invalid_json", "incomplete", "truncated"}
+        assert w.attempts == 3 and w.invalid_category in {
+            "invalid_json",
+            "incomplete",
+            "truncated",
+        }
         assert w.raw_response and w.scores is None and w.answers is None
     assert windows.filter(attempts__gt=1).exists()
 
@@ -108,9 +142,13 @@ def test_faults_are_retried_and_invalid_answers_recorded_not_imputed(tiny, serve
 def test_pause_then_resume_asks_only_missing_windows(tiny, server):
     srv, url = server
     judge = judge_for(url, concurrency=2)
-    job = services.job_create(dataset=tiny, judge=judge, stages="tournament", queue=False)
+    job = services.job_create(
+        dataset=tiny, judge=judge, stages="tournament", queue=False
+    )
     # Store part of the job, as if it had been paused midway: run one query only.
-    partial = services.job_create(dataset=tiny, judge=judge, stages="tournament", query_ids=["q1"], queue=False)
+    partial = services.job_create(
+        dataset=tiny, judge=judge, stages="tournament", query_ids=["q1"], queue=False
+    )
     assert job_run(job_id=partial.pk) == JobStatus.DONE
     asked_before = srv.stats()["chat_requests"]
     assert asked_before == 13
@@ -135,12 +173,24 @@ def test_fatal_errors_stop_the_job_with_a_clear_message(tiny, server):
 
 def test_judge_command_estimate_and_inline(tiny, server, capsys):
     _srv, url = server
-    call_command("add_judge", "--name", "cli", "--base-url", url, "--model", "sim-1", "--concurrency", "3")
+    call_command(
+        "add_judge",
+        "--name",
+        "cli",
+        "--base-url",
+        url,
+        "--model",
+        "sim-1",
+        "--concurrency",
+        "3",
+    )
     call_command("judge", "--dataset", "tiny", "--judge", "cli", "--estimate")
     out = capsys.readouterr().out
     assert "total" in out and " 60 calls" in out
     assert not JudgmentWindow.objects.exists()
-    call_command("judge", "--dataset", "tiny", "--judge", "cli", "--stage", "rubric", "--inline")
+    call_command(
+        "judge", "--dataset", "tiny", "--judge", "cli", "--stage", "rubric", "--inline"
+    )
     out = capsys.readouterr().out
     assert "done: 21 windows, 21 requests" in out
     assert JudgmentWindow.objects.filter(stage="rubric", valid=True).count() == 21

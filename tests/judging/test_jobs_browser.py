@@ -34,9 +34,10 @@ def worker(tmp_path, settings):
         "data_folder_in": str(var / "celery" / "broker"),
         "data_folder_out": str(var / "celery" / "broker"),
         "processed_folder": str(var / "celery" / "processed"),
+        "control_folder": str(var / "celery" / "control"),
         "store_processed": False,
     }
-    for key in ("data_folder_in", "processed_folder"):
+    for key in ("data_folder_in", "processed_folder", "control_folder"):
         os.makedirs(folders[key], exist_ok=True)
     old = celery_app.conf.broker_transport_options
     celery_app.conf.broker_transport_options = folders

@@ -47,16 +47,34 @@ def stack(tmp_path):
 
     def manage(*args: str, timeout: float = 120) -> str:
         out = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+            [sys.executable, "manage.py", *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         assert out.returncode == 0, out.stderr[-3000:]
         return out.stdout
 
     def worker() -> subprocess.Popen:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "rcp_platform", "worker", "--concurrency=1", "--loglevel=warning",
-             f"--hostname=e2e{len(workers)}@%h"],
-            cwd=REPO, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "rcp_platform",
+                "worker",
+                "--concurrency=1",
+                "--loglevel=warning",
+                f"--hostname=e2e{len(workers)}@%h",
+            ],
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         workers.append(proc)
         return proc
@@ -79,26 +97,56 @@ def stack(tmp_path):
 def test_worker_killed_mid_job_then_resumed_loses_and_duplicates_nothing(stack):
     manage, sql, server = stack["manage"], stack["sql"], stack["server"]
     manage(
-        "import_dataset", "--name", "tiny", "--corpus", str(DEMO_TINY / "corpus.jsonl"),
-        "--queries", str(DEMO_TINY / "queries.jsonl"), "--pools", str(DEMO_TINY / "pools.tsv"),
+        "import_dataset",
+        "--name",
+        "tiny",
+        "--corpus",
+        str(DEMO_TINY / "corpus.jsonl"),
+        "--queries",
+        str(DEMO_TINY / "queries.jsonl"),
+        "--pools",
+        str(DEMO_TINY / "pools.tsv"),
     )
-    manage("add_judge", "--name", "sim", "--base-url", stack["url"], "--model", "sim-1", "--concurrency", "2")
+    manage(
+        "add_judge",
+        "--name",
+        "sim",
+        "--base-url",
+        stack["url"],
+        "--model",
+        "sim-1",
+        "--concurrency",
+        "2",
+    )
     first = stack["worker"]()
     manage("judge", "--dataset", "tiny", "--judge", "sim")  # queued on Celery (Redis)
     job_id = sql("SELECT max(id) FROM judging_judgingjob")[0][0]
 
     deadline = time.monotonic() + 60
-    while sql("SELECT count(*) FROM judging_judgmentwindow WHERE status='done'")[0][0] < 20:
+    while (
+        sql("SELECT count(*) FROM judging_judgmentwindow WHERE status='done'")[0][0]
+        < 20
+    ):
         assert time.monotonic() < deadline, "the worker did not start the job"
         time.sleep(0.1)
     os.killpg(first.pid, signal.SIGKILL)
     first.wait()
     in_flight = {
-        r[0] for r in sql("SELECT prompt_sha256 FROM judging_judgmentwindow WHERE status='in_flight'")
+        r[0]
+        for r in sql(
+            "SELECT prompt_sha256 FROM judging_judgmentwindow WHERE status='in_flight'"
+        )
     }
-    n_in_flight = sql("SELECT count(*) FROM judging_judgmentwindow WHERE status='in_flight'")[0][0]
-    done_at_kill = sql("SELECT count(*) FROM judging_judgmentwindow WHERE status='done'")[0][0]
-    assert sql(f"SELECT status FROM judging_judgingjob WHERE id={job_id}")[0][0] == "running"
+    n_in_flight = sql(
+        "SELECT count(*) FROM judging_judgmentwindow WHERE status='in_flight'"
+    )[0][0]
+    done_at_kill = sql(
+        "SELECT count(*) FROM judging_judgmentwindow WHERE status='done'"
+    )[0][0]
+    assert (
+        sql(f"SELECT status FROM judging_judgingjob WHERE id={job_id}")[0][0]
+        == "running"
+    )
     assert n_in_flight >= 1 and done_at_kill < 60
 
     time.sleep(3.5)  # heartbeat goes stale: the job is resumable
@@ -118,5 +166,10 @@ def test_worker_killed_mid_job_then_resumed_loses_and_duplicates_nothing(stack):
     stored = {r[0] for r in sql("SELECT prompt_sha256 FROM judging_judgmentwindow")}
     assert stored == set(asked)
     assert in_flight <= {"", *asked}
-    assert sql(f"SELECT status, requests FROM judging_judgingjob WHERE id={job_id}")[0][0] == "done"
-    assert stats["max_in_flight"] <= 2  # the judge's concurrency held across both workers
+    assert (
+        sql(f"SELECT status, requests FROM judging_judgingjob WHERE id={job_id}")[0][0]
+        == "done"
+    )
+    assert (
+        stats["max_in_flight"] <= 2
+    )  # the judge's concurrency held across both workers
