@@ -77,21 +77,27 @@ class SyntheticSpec:
 
 
 def _doc_text(
-    rng: np.random.Generator, subject: tuple[str, str], relevant: bool, i: int
+    rng: np.random.Generator,
+    subject: tuple[str, str],
+    relevant: bool,
+    i: int,
+    question: str = "",
 ) -> tuple[str, str]:
     name, fact = subject
     aspect = ASPECTS[int(rng.integers(len(ASPECTS)))]
     if relevant:
+        # Relevant documents answer the query in its own words, so lexical judges
+        # (the simulated judge, BM25) find them as a person would.
         title = f"{name.capitalize()}: {aspect} explained"
         text = (
-            f"This guide explains how {name} {fact}. It covers the {aspect} of {name} "
-            f"in detail, with examples and sources (note {i})."
+            f"{question.capitalize()}? This guide explains how {name} {fact}. It covers "
+            f"the {aspect} of {name} in detail, with examples and sources (note {i})."
         )
     else:
         title = f"Notes on {name} ({aspect})"
         text = (
             f"A short mention of {name} in a piece mostly about {aspect}; "
-            f"it does not explain how they work (note {i})."
+            f"it says little more about them (note {i})."
         )
     return title, text
 
@@ -140,7 +146,7 @@ def write_benchmark(
             )
             own = [q * spec.docs_per_query + i for i in range(spec.docs_per_query)]
             for i, doc in enumerate(own):
-                title, text = _doc_text(rng, subject, i in relevant, doc)
+                title, text = _doc_text(rng, subject, i in relevant, doc, question)
                 corpus.write(
                     json.dumps({"_id": f"d{doc + 1}", "title": title, "text": text})
                     + "\n"

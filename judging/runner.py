@@ -65,17 +65,25 @@ def _answers(
 ) -> dict[int, object]:
     """Judged windows of one query and stage as planner answers (seq -> answer).
 
-    Refused windows (no answer) count as unjudged unless this run already asked
-    them (``held``), so a resume re-asks them exactly once.
+    Refused windows (no answer) at the frontier count as unjudged unless this run
+    already asked them (``held``), so a resume re-asks them once. A refused window
+    that later answered windows were planned after stays as it is: asking it again
+    would change the plan those answers belong to.
     """
-    rows = JudgmentWindow.objects.filter(
-        family=family, query_id=query.pk, stage=stage, status=WindowStatus.DONE
-    ).values_list(
-        "pk", "seq", "doc_ids", "valid", "scores", "answers", "invalid_category"
+    rows = list(
+        JudgmentWindow.objects.filter(
+            family=family, query_id=query.pk, stage=stage, status=WindowStatus.DONE
+        ).values_list(
+            "pk", "seq", "doc_ids", "valid", "scores", "answers", "invalid_category"
+        )
     )
+    answered = [
+        seq for _, seq, _, _, _, _, cat in rows if cat != InvalidCategory.REFUSED
+    ]
+    frontier = max(answered, default=-1)
     out: dict[int, object] = {}
     for pk, seq, doc_ids, valid, scores, answers, category in rows:
-        if category == InvalidCategory.REFUSED and pk not in held:
+        if category == InvalidCategory.REFUSED and pk not in held and seq > frontier:
             continue
         if stage == Stage.TOURNAMENT:
             out[seq] = TournamentAnswer(
@@ -278,7 +286,7 @@ class JobRunner:
 
     def _run_stage(self, query: _Query, stage: str, calls: ThreadPoolExecutor) -> None:
         cache: dict = {}
-        db_query = Query(pk=query.pk)
+        db_query = Query(pk=query.pk, external_id=query.external_id)
         while True:
             if self.stop.is_set():
                 raise StopRun(self.stop_reason)

@@ -469,11 +469,26 @@ def windows_plan(
         )
     }
     for p in planned:
-        if stored[p.seq].doc_ids != list(p.doc_ids):
-            raise ApplicationError(
-                f"window {p.seq} of query {query.external_id!r} ({stage}) was stored with other "
-                f"documents: the schedule of family {job.family!r} changed; use a new family"
+        row = stored[p.seq]
+        if row.doc_ids == list(p.doc_ids):
+            continue
+        if row.status == WindowStatus.PLANNED:
+            # Never asked: an earlier run planned it from answers that have since
+            # changed (a refused window answered on resume). Re-plan it in place.
+            JudgmentWindow.objects.filter(
+                pk=row.pk, status=WindowStatus.PLANNED
+            ).update(
+                doc_ids=list(p.doc_ids),
+                phase=p.phase,
+                batch=p.batch if p.phase == Phase.ADAPTIVE else None,
+                mirrored=p.reversed,
             )
+            row.doc_ids = list(p.doc_ids)
+            continue
+        raise ApplicationError(
+            f"window {p.seq} of query {query.external_id!r} ({stage}) was stored with other "
+            f"documents: the schedule of family {job.family!r} changed; use a new family"
+        )
     return [stored[p.seq] for p in planned]
 
 

@@ -68,6 +68,8 @@ RUBRIC_DISCRIMINATION: tuple[float, ...] = (1.2, 1.4, 1.6, 1.8, 1.5)
 DECISIVENESS_RANGE = (0.6, 1.8)
 OFFSET_RANGE = 1.0
 SCORE_NOISE = 0.3
+# Weight of the query-word overlap in the hidden relevance (the draw itself is N(0, 1)).
+LEXICAL_WEIGHT = 2.5
 CHARS_PER_TOKEN = 4
 DEFAULT_MODEL = "simulated"
 
@@ -103,9 +105,21 @@ class SimulatedJudge:
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 
-    def relevance(self, text: str) -> float:
-        """Hidden relevance of a document (its stripped, unescaped text)."""
-        return _normal(self.seed, "relevance", text.strip())
+    def relevance(self, text: str, query: str = "") -> float:
+        """Hidden relevance of a document (its stripped, unescaped text).
+
+        A seeded draw from the text, plus - when the query is given - a lexical term:
+        the share of the query's words (4+ letters) found in the text, so documents
+        written to answer a query (as in the demo benchmark) are judged relevant.
+        """
+        base = _normal(self.seed, "relevance", text.strip())
+        if not query:
+            return base
+        terms = {w for w in re.findall(r"[a-z0-9]+", query.lower()) if len(w) >= 4}
+        if not terms:
+            return base
+        found = sum(1 for w in terms if w in text.lower())
+        return base + LEXICAL_WEIGHT * found / len(terms)
 
     def decisiveness(self, query: str) -> float:
         """How far apart this query's Stage A scores are spread (0.6 to 1.8)."""
@@ -132,7 +146,7 @@ class SimulatedJudge:
                     5.0,
                     max(
                         -5.0,
-                        d * self.relevance(t)
+                        d * self.relevance(t, query)
                         + a
                         + SCORE_NOISE * _normal(self.seed, "noise", key, i),
                     ),
@@ -143,14 +157,14 @@ class SimulatedJudge:
         ]
 
     def rubric_answers(
-        self, texts: list[str], n_criteria: int = 5
+        self, texts: list[str], n_criteria: int = 5, query: str = ""
     ) -> list[tuple[int, ...]]:
         """Stage B verdicts (0/1 per criterion) in prompt order."""
         thresholds, discrimination = _criteria_params(n_criteria)
         key = self._window_key(texts)
         answers = []
         for i, t in enumerate(texts):
-            r = self.relevance(t)
+            r = self.relevance(t, query)
             answers.append(
                 tuple(
                     int(_unit(self.seed, "rubric", key, i, k) < _sigmoid(g * (r - b)))
@@ -170,13 +184,15 @@ class SimulatedJudge:
             "scores": {f"doc_{i + 1}": s for i, s in enumerate(scores)},
         }
 
-    def rubric_answer(self, texts: list[str], n_criteria: int = 5) -> dict[str, Any]:
+    def rubric_answer(
+        self, texts: list[str], n_criteria: int = 5, query: str = ""
+    ) -> dict[str, Any]:
         return {
             f"doc_{i + 1}": {
                 "reasoning": "Judged against each criterion on its own.",
                 "criteria": {f"C{k + 1}": v for k, v in enumerate(verdicts)},
             }
-            for i, verdicts in enumerate(self.rubric_answers(texts, n_criteria))
+            for i, verdicts in enumerate(self.rubric_answers(texts, n_criteria, query))
         }
 
 
@@ -566,7 +582,7 @@ class _Handler(BaseHTTPRequestHandler):
                 answer["ranking"].remove(last)
                 del answer["scores"][last]
         else:
-            answer = judge.rubric_answer(prompt.texts, prompt.n_criteria)
+            answer = judge.rubric_answer(prompt.texts, prompt.n_criteria, prompt.query)
             if fault == "missing_doc" and prompt.texts:
                 del answer[f"doc_{len(prompt.texts)}"]
         content = json.dumps(answer)

@@ -194,3 +194,67 @@ def test_judge_command_estimate_and_inline(tiny, server, capsys):
     out = capsys.readouterr().out
     assert "done: 21 windows, 21 requests" in out
     assert JudgmentWindow.objects.filter(stage="rubric", valid=True).count() == 21
+
+
+def test_refused_window_does_not_break_later_runs_of_the_family(
+    tiny, server, monkeypatch
+):
+    """A window refused after all retries is stored as 'refused' (no answer, nothing
+    imputed); later phases are planned without it, and a later job of the same family
+    keeps that plan instead of re-asking the window and contradicting it."""
+    srv, url = server
+    monkeypatch.setattr(
+        "judging.clients.JudgeClient.backoff_s", lambda self, retry: 0.0
+    )
+    srv.configure(
+        fault_sequence=("500",) * 21
+    )  # 3 attempts x (1 + 6 transport retries)
+    judge = judge_for(url, concurrency=1)
+    first = services.job_create(
+        dataset=tiny, judge=judge, stages="tournament", query_ids=["q1"], queue=False
+    )
+    assert job_run(job_id=first.pk) == JobStatus.DONE
+    refused = JudgmentWindow.objects.get(job=first, valid=False)
+    assert (
+        refused.invalid_category == "refused"
+        and refused.seq == 0
+        and refused.attempts == 3
+    )
+    assert JudgmentWindow.objects.filter(job=first).count() == 13
+    asked = srv.stats()["chat_requests"]
+    again = services.job_create(
+        dataset=tiny, judge=judge, stages="tournament", query_ids=["q1"], queue=False
+    )
+    assert job_run(job_id=again.pk) == JobStatus.DONE
+    assert srv.stats()["chat_requests"] == asked  # nothing asked twice, plan unchanged
+
+
+def test_unasked_planned_rows_are_replanned_but_answered_rows_are_not(tiny):
+    from judging.schedules import PlannedWindow
+    from rcp_platform.exceptions import ApplicationError
+
+    judge = services.judge_create(
+        name="j", base_urls=["http://127.0.0.1:9/v1"], model="m"
+    )
+    job = services.job_create(dataset=tiny, judge=judge, queue=False)
+    query = tiny.queries.get(external_id="q1")
+    old = [
+        PlannedWindow(0, "random", ("q1-d0", "q1-d1")),
+        PlannedWindow(1, "random", ("q1-d2", "q1-d3")),
+    ]
+    rows = services.windows_plan(job=job, query=query, stage="tournament", planned=old)
+    new = [
+        PlannedWindow(0, "random", ("q1-d1", "q1-d0")),
+        PlannedWindow(1, "random", ("q1-d3", "q1-d2")),
+    ]
+    assert [
+        r.doc_ids
+        for r in services.windows_plan(
+            job=job, query=query, stage="tournament", planned=new
+        )
+    ] == [["q1-d1", "q1-d0"], ["q1-d3", "q1-d2"]]
+    JudgmentWindow.objects.filter(pk=rows[0].pk).update(
+        status="done", valid=True, scores=[1, 0]
+    )
+    with pytest.raises(ApplicationError, match="was stored with other documents"):
+        services.windows_plan(job=job, query=query, stage="tournament", planned=old)
