@@ -1,1 +1,510 @@
-"""selectors of the annotation app."""
+"""Reads of the annotation app. Access rules live here, not in views.
+
+Two audiences: staff and reviewers read whole studies (``study_list``/``study_get``);
+annotators read only their own studies and assignments (``*_for_annotator``), and
+everything they receive is built by ``assignment_payload``, the one place that decides
+what a blind annotator may see.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth.models import Permission
+from django.db.models import (
+    Count,
+    Exists,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from benchmarks.models import (
+    Dataset,
+    Document,
+    PoolEntry,
+    Qrel,
+    RankingEntry,
+    System,
+)
+from calibration.models import CalibrationFit, DocumentAbility, FitStatus
+from calibration.rcp.ndcg import PROTOCOLS, qrel_ndcg, rcp_ndcg
+from rcp_platform.api import can_read_benchmarks
+from rcp_platform.exceptions import NotFoundError
+
+from .models import (
+    Assignment,
+    AssignmentStatus,
+    Contest,
+    Grade,
+    Rubric,
+    Study,
+    StudyMember,
+    StudyStatus,
+)
+from .sampling import Candidate
+
+ANNOTATE_PERMISSION = "annotation.annotate"
+
+
+def is_annotator(user: Any) -> bool:
+    """Active users holding ``annotation.annotate`` (the annotators group).
+
+    The same answer as ``user.has_perm`` with Django's model backend, in one query
+    instead of two (it runs on every annotator request), remembered on the user.
+    """
+    if not (user and user.is_authenticated and user.is_active):
+        return False
+    if user.is_superuser:
+        return True
+    cached = getattr(user, "_annotation_is_annotator", None)
+    if cached is None:
+        app_label, codename = ANNOTATE_PERMISSION.split(".")
+        cached = (
+            Permission.objects.filter(
+                content_type__app_label=app_label, codename=codename
+            )
+            .filter(Q(user=user) | Q(group__user=user))
+            .exists()
+        )
+        user._annotation_is_annotator = cached
+    return cached
+
+
+# ---------------------------------------------------------------------------- sampling
+
+
+@dataclass(frozen=True)
+class ContestSource:
+    """Where a candidate contest comes from: ids and both systems' top-k lists."""
+
+    dataset_id: int
+    query_id: int
+    system_ids: tuple[int, int]
+    lists: tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def fit_latest_for(*, datasets: Sequence[Dataset]) -> CalibrationFit | None:
+    """The newest done calibration fit covering every dataset in ``datasets``."""
+    qs = CalibrationFit.objects.filter(status=FitStatus.DONE)
+    for dataset in datasets:
+        qs = qs.filter(datasets=dataset)
+    return qs.order_by("-created_at", "-id").first()
+
+
+def contest_candidates(
+    *,
+    fit: CalibrationFit,
+    systems: Sequence[System],
+    depth: int,
+    metric_k: int = 10,
+) -> list[Candidate]:
+    """Every (query, system pair) with RCP-nDCG@k and qrel-nDCG@k of both systems.
+
+    Gains come from ``fit``'s DocumentAbility rows, grades from Qrel; both metrics use
+    the dataset's protocol and pool (rankings read to depth max(k, depth), so ties
+    straddling the cut-off are ignored). Skipped: queries without gains or without a
+    positive qrel, pairs where a system did not rank the query, and pairs whose top-k
+    lists are identical (nothing for a human to compare). Systems pair only within
+    their dataset.
+    """
+    by_dataset: dict[int, list[System]] = defaultdict(list)
+    for system in systems:
+        by_dataset[system.dataset_id].append(system)
+    out: list[Candidate] = []
+    for dataset in Dataset.objects.filter(pk__in=by_dataset).order_by("name"):
+        members = sorted(by_dataset[dataset.pk], key=lambda s: s.name)
+        if len(members) >= 2:
+            out.extend(_dataset_candidates(fit, dataset, members, depth, metric_k))
+    return out
+
+
+def _dataset_candidates(
+    fit: CalibrationFit,
+    dataset: Dataset,
+    systems: list[System],
+    depth: int,
+    metric_k: int,
+) -> Iterable[Candidate]:
+    gains: dict[str, dict[str, float]] = defaultdict(dict)
+    for q, d, g in DocumentAbility.objects.filter(
+        fit=fit, query__dataset=dataset
+    ).values_list("query_id", "document_id", "gain"):
+        gains[str(q)][str(d)] = 0.0 if g is None else float(g)
+    qrels: dict[str, dict[str, float]] = defaultdict(dict)
+    for q, d, grade in Qrel.objects.filter(query__dataset=dataset).values_list(
+        "query_id", "document_id", "grade"
+    ):
+        qrels[str(q)][str(d)] = float(grade)
+    pools: dict[str, list[str]] = defaultdict(list)
+    for q, d in (
+        PoolEntry.objects.filter(query__dataset=dataset)
+        .order_by("query_id", "rank")
+        .values_list("query_id", "document_id")
+    ):
+        pools[str(q)].append(str(d))
+    protocol = dataset.protocol if dataset.protocol in PROTOCOLS else "plain"
+    if not pools and (PROTOCOLS[protocol].pool_only or protocol == "trecdl"):
+        protocol = "plain"  # pool-only presets need a pool; score every ranked doc
+    cut = max(depth, metric_k)
+    runs: dict[int, dict[str, dict[str, float]]] = {
+        s.pk: defaultdict(dict) for s in systems
+    }
+    tops: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for s, q, d, rank, score in RankingEntry.objects.filter(
+        system__in=systems, rank__lte=cut
+    ).values_list("system_id", "query_id", "document_id", "rank", "score"):
+        runs[s][str(q)][str(d)] = float(score)
+        if rank <= depth:
+            tops[s, str(q)].append((rank, d))
+    scored = {q for q in gains if q in qrels}
+    rcp: dict[int, dict[str, float]] = {}
+    qrel: dict[int, dict[str, float]] = {}
+    for s in systems:
+        kwargs = {"k": metric_k, "protocol": protocol, "pools": pools or None}
+        rcp[s.pk] = rcp_ndcg(runs[s.pk], {q: gains[q] for q in scored}, **kwargs)
+        qrel[s.pk] = qrel_ndcg(runs[s.pk], {q: qrels[q] for q in scored}, **kwargs)
+    external = dict(
+        dataset.queries.filter(pk__in=[int(q) for q in scored]).values_list(
+            "id", "external_id"
+        )
+    )
+    for q in sorted(scored, key=lambda q: external[int(q)]):
+        for i, s1 in enumerate(systems):
+            for s2 in systems[i + 1 :]:
+                list1 = tuple(d for _, d in sorted(tops.get((s1.pk, q), [])))
+                list2 = tuple(d for _, d in sorted(tops.get((s2.pk, q), [])))
+                values = (rcp[s1.pk][q], rcp[s2.pk][q], qrel[s1.pk][q], qrel[s2.pk][q])
+                if not list1 or not list2 or list1 == list2:
+                    continue
+                if not all(math.isfinite(v) for v in values):
+                    continue
+                yield Candidate(
+                    key=(dataset.name, external[int(q)], s1.name, s2.name),
+                    rcp_a=values[0],
+                    rcp_b=values[1],
+                    qrel_a=values[2],
+                    qrel_b=values[3],
+                    ref=ContestSource(
+                        dataset.pk, int(q), (s1.pk, s2.pk), (list1, list2)
+                    ),
+                )
+
+
+# ---------------------------------------------------------------------------- staff
+
+
+def study_list(*, user: Any) -> QuerySet[Study]:
+    """Studies staff and reviewers may read, with contest and member counts."""
+    if not can_read_benchmarks(user):
+        return Study.objects.none()
+    return (
+        Study.objects.annotate(
+            n_contests=Count("contests", distinct=True),
+            n_members=Count("members", distinct=True),
+        )
+        .select_related("fit")
+        .order_by("-created_at", "-id")
+    )
+
+
+def study_get(*, user: Any, study_id: int) -> Study:
+    """One study for staff/reviewers; NotFoundError for anyone else or a bad id."""
+    study = study_list(user=user).filter(pk=study_id).first()
+    if study is None:
+        raise NotFoundError(f"study {study_id} not found")
+    return study
+
+
+def study_by_ref(*, ref: str) -> Study:
+    """A study by id or name (management commands); NotFoundError otherwise."""
+    study = Study.objects.filter(pk=int(ref)).first() if ref.isdigit() else None
+    study = study or Study.objects.filter(name=ref).first()
+    if study is None:
+        raise NotFoundError(f"study {ref!r} not found")
+    return study
+
+
+def rubric_current(*, study: Study) -> Rubric:
+    rubric = Rubric.objects.filter(study=study).order_by("-version").first()
+    if rubric is None:
+        raise NotFoundError(f"study {study.pk} has no rubric")
+    return rubric
+
+
+def _live(now: datetime) -> Q:
+    return Q(status=AssignmentStatus.SUBMITTED) | Q(
+        status=AssignmentStatus.LEASED, expires_at__gt=now
+    )
+
+
+def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, Any]:
+    """Monitoring figures of one study (a handful of queries, no per-row lookups).
+
+    Contests complete (N submitted) / in progress (some live or submitted work) / not
+    started; expired leases (reclaimed, plus lapsed ones not yet reclaimed);
+    per-annotator counts and median seconds per document; a cumulative timeline of
+    submissions (at most 60 points).
+    """
+    now = now or timezone.now()
+    n = study.per_contest
+    contest_ids = list(Contest.objects.filter(study=study).values_list("pk", flat=True))
+    submitted: dict[int, int] = defaultdict(int)
+    live: dict[int, int] = defaultdict(int)
+    per_user: dict[int, dict[str, Any]] = {}
+    times: list[datetime] = []
+    expired = lapsed = 0
+    rows = Assignment.objects.filter(contest__study=study).values_list(
+        "contest_id",
+        "annotator_id",
+        "annotator__username",
+        "status",
+        "expires_at",
+        "submitted_at",
+    )
+    for contest_id, user_id, username, status, expires_at, submitted_at in rows:
+        entry = per_user.setdefault(
+            user_id,
+            {"username": username, "submitted": 0, "leased": 0, "expired": 0},
+        )
+        if status == AssignmentStatus.SUBMITTED:
+            submitted[contest_id] += 1
+            live[contest_id] += 1
+            entry["submitted"] += 1
+            times.append(submitted_at)
+        elif status == AssignmentStatus.LEASED and expires_at > now:
+            live[contest_id] += 1
+            entry["leased"] += 1
+        else:
+            entry["expired"] += 1
+            if status == AssignmentStatus.EXPIRED:
+                expired += 1
+            else:
+                lapsed += 1
+    seconds: dict[int, list[float]] = defaultdict(list)
+    for user_id, secs in Grade.objects.filter(
+        assignment__contest__study=study
+    ).values_list("assignment__annotator_id", "seconds"):
+        seconds[user_id].append(secs)
+    complete = sum(1 for c in contest_ids if submitted[c] >= n)
+    started = sum(1 for c in contest_ids if live[c] or submitted[c])
+    members = dict(
+        StudyMember.objects.filter(study=study).values_list(
+            "annotator_id", "annotator__username"
+        )
+    )
+    for user_id, username in members.items():
+        per_user.setdefault(
+            user_id, {"username": username, "submitted": 0, "leased": 0, "expired": 0}
+        )
+    annotators = []
+    for user_id, entry in sorted(per_user.items(), key=lambda kv: kv[1]["username"]):
+        secs = seconds.get(user_id, [])
+        annotators.append(
+            {
+                **entry,
+                "median_seconds_per_document": round(statistics.median(secs), 1)
+                if secs
+                else None,
+            }
+        )
+    times.sort()
+    step = max(1, math.ceil(len(times) / 60))
+    timeline = [
+        {"at": t.isoformat(), "submitted": i + 1}
+        for i, t in enumerate(times)
+        if (i + 1) % step == 0 or i + 1 == len(times)
+    ]
+    return {
+        "contests": len(contest_ids),
+        "complete": complete,
+        "in_progress": started - complete,
+        "not_started": len(contest_ids) - started,
+        "gradings_submitted": len(times),
+        "gradings_needed": len(contest_ids) * n,
+        "expired_leases": expired + lapsed,
+        "annotators": annotators,
+        "timeline": timeline,
+    }
+
+
+# ---------------------------------------------------------------------------- annotators
+
+
+def annotator_study_list(*, user: Any) -> QuerySet[Study]:
+    """Studies the annotator is an active member of and that are open or closed."""
+    if not is_annotator(user):
+        return Study.objects.none()
+    return Study.objects.filter(
+        members__annotator=user,
+        members__active=True,
+        status__in=[StudyStatus.OPEN, StudyStatus.CLOSED],
+    ).order_by("-created_at", "-id")
+
+
+def study_get_for_annotator(*, user: Any, study_id: int) -> Study:
+    """A study the annotator may work on (member, not a draft); 404 otherwise."""
+    study = annotator_study_list(user=user).filter(pk=study_id).first()
+    if study is None:
+        raise NotFoundError("study not found")
+    return study
+
+
+def assignment_get_for_annotator(*, user: Any, assignment_id: int) -> Assignment:
+    """The annotator's own assignment; anything else (others', unknown) is a 404."""
+    assignment = (
+        Assignment.objects.filter(
+            pk=assignment_id,
+            annotator=user,
+            contest__study__in=annotator_study_list(user=user),
+        )
+        .select_related("contest__study", "contest__query", "rubric")
+        .first()
+    )
+    if assignment is None or not is_annotator(user):
+        raise NotFoundError("assignment not found")
+    return assignment
+
+
+def contests_open_to(
+    *, study: Study, annotator: Any, now: datetime
+) -> QuerySet[Contest]:
+    """Contests with fewer than N live assignments that ``annotator`` never had.
+
+    Annotated with ``n_live``; fullest first, so started contests are completed before
+    new ones are opened. Locking is the caller's business (see ASSIGNMENT.md).
+    """
+    had = Assignment.objects.filter(contest=OuterRef("pk"), annotator=annotator)
+    return (
+        Contest.objects.filter(study=study)
+        .filter(~Exists(had))
+        .annotate(n_live=_live_count(now))
+        .filter(n_live__lt=study.per_contest)
+        .order_by("-n_live", "position")
+    )
+
+
+def _live_count(now: datetime) -> Coalesce:
+    """Correlated count of a contest's live assignments (leased and unexpired, or
+    submitted)."""
+    live_count = (
+        Assignment.objects.filter(contest=OuterRef("pk"))
+        .filter(_live(now))
+        .order_by()
+        .values("contest")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(live_count, output_field=IntegerField()), 0)
+
+
+def annotator_progress(
+    *, study: Study, annotator: Any, now: datetime | None = None
+) -> dict[str, int]:
+    """The annotator's own progress, in one query: contests they submitted, and
+    contests still open to them (fewer than N live assignments, never theirs)."""
+    now = now or timezone.now()
+    mine = Assignment.objects.filter(contest=OuterRef("pk"), annotator=annotator)
+    counts = (
+        Contest.objects.filter(study=study)
+        .annotate(
+            n_live=_live_count(now),
+            had=Exists(mine),
+            done=Exists(mine.filter(status=AssignmentStatus.SUBMITTED)),
+        )
+        .aggregate(
+            contests_done=Count("pk", filter=Q(done=True)),
+            contests_left=Count(
+                "pk", filter=Q(had=False, n_live__lt=study.per_contest)
+            ),
+        )
+    )
+    return {
+        "contests_done": counts["contests_done"],
+        "contests_left": counts["contests_left"],
+    }
+
+
+def assignment_payload(
+    *, assignment: Assignment, with_draft: bool = False
+) -> dict[str, Any]:
+    """What a blind annotator sees of one assignment, and nothing more.
+
+    Documents in the assignment's shuffled order under opaque keys; no system, rank,
+    list membership, external id, qrel, gain or metric ever enters this dict.
+    """
+    contest = assignment.contest
+    study = contest.study
+    documents = Document.objects.in_bulk([d["document"] for d in assignment.documents])
+    payload: dict[str, Any] = {
+        "assignment": assignment.pk,
+        "status": assignment.status,
+        "query": contest.query.text,
+        "instructions": study.instructions,
+        "questions": [
+            {"key": q["key"], "text": q["text"]} for q in assignment.rubric.questions
+        ],
+        "documents": [
+            {
+                "key": d["key"],
+                "title": documents[d["document"]].title,
+                "text": documents[d["document"]].text,
+            }
+            for d in assignment.documents
+        ],
+        "options": {
+            "order": study.collect_order,
+            "comment": study.collect_comments,
+        },
+        "expires_at": assignment.expires_at,
+        "progress": {
+            "documents": len(assignment.documents),
+            **annotator_progress(study=study, annotator=assignment.annotator),
+        },
+    }
+    if with_draft:
+        payload["draft"] = assignment.draft
+        payload["draft_saved_at"] = assignment.draft_saved_at
+    return payload
+
+
+def systems_by_names(
+    *, datasets: Sequence[Dataset], names: Sequence[str]
+) -> list[System]:
+    """Systems named ``names`` in every dataset; NotFoundError names the first gap."""
+    out: list[System] = []
+    for dataset in datasets:
+        found = {
+            s.name: s for s in System.objects.filter(dataset=dataset, name__in=names)
+        }
+        for name in names:
+            if name not in found:
+                raise NotFoundError(
+                    f"system {name!r} not found in dataset {dataset.name!r}",
+                    extra={"dataset": dataset.name, "system": name},
+                )
+            out.append(found[name])
+    return out
+
+
+def annotators_by_usernames(*, usernames: Sequence[str]) -> list[Any]:
+    """Annotator accounts by username, in the given order; NotFoundError on a gap."""
+    from .models import Annotator
+
+    found = {u.username: u for u in Annotator.objects.filter(username__in=usernames)}
+    missing = [u for u in usernames if u not in found]
+    if missing:
+        raise NotFoundError(
+            f"no annotator named {missing[0]!r}", extra={"missing": missing[:20]}
+        )
+    return [found[u] for u in usernames]

@@ -1,4 +1,63 @@
-"""HTML routes of the annotation app."""
+"""Routes of the annotation app: HTML pages (namespace ``annotation``) and API v1."""
+
+from django.urls import path
+
+from . import apis, views
 
 app_name = "annotation"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("studies/", views.study_list, name="study-list"),
+    path("studies/<int:study_id>/", views.study_detail, name="study-detail"),
+    path("studies/<int:study_id>/grading", views.grading, name="grading"),
+    path(
+        "studies/<int:study_id>/open",
+        views.study_action,
+        {"action": "open"},
+        name="study-open",
+    ),
+    path(
+        "studies/<int:study_id>/close",
+        views.study_action,
+        {"action": "close"},
+        name="study-close",
+    ),
+]
+
+# Mounted under /api/v1/ by rcp_platform/urls.py (namespace ``annotation-api``).
+api_urlpatterns = [
+    path("studies", apis.StudyListApi.as_view(), name="study-list"),
+    path("studies/plan", apis.StudyPlanApi.as_view(), name="study-plan"),
+    path("studies/<int:study_id>", apis.StudyDetailApi.as_view(), name="study-detail"),
+    path("studies/<int:study_id>/open", apis.StudyOpenApi.as_view(), name="study-open"),
+    path(
+        "studies/<int:study_id>/close",
+        apis.StudyCloseApi.as_view(),
+        name="study-close",
+    ),
+    path(
+        "studies/<int:study_id>/annotators",
+        apis.StudyMemberListApi.as_view(),
+        name="study-members",
+    ),
+    path(
+        "studies/<int:study_id>/assignments/next",
+        apis.AssignmentNextApi.as_view(),
+        name="assignment-next",
+    ),
+    path(
+        "assignments/<int:assignment_id>",
+        apis.AssignmentDetailApi.as_view(),
+        name="assignment-detail",
+    ),
+    path(
+        "assignments/<int:assignment_id>/draft",
+        apis.AssignmentDraftApi.as_view(),
+        name="assignment-draft",
+    ),
+    path(
+        "assignments/<int:assignment_id>/submit",
+        apis.AssignmentSubmitApi.as_view(),
+        name="assignment-submit",
+    ),
+]

@@ -1,1 +1,215 @@
-"""views of the annotation app."""
+"""HTML pages of the annotation app.
+
+Annotators: their studies (``home``) and the grading page, a small script over the
+annotator API. Staff (reviewers read only): the study list with a create form that
+previews the sampling first, and the monitoring page with close/reopen.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.safestring import mark_safe
+from django.views.decorators.http import require_POST
+
+from benchmarks.models import Dataset, System
+from rcp_platform.api import can_read_benchmarks
+from rcp_platform.exceptions import ApplicationError
+
+from . import markdown, sampling, selectors, services
+
+
+def _reader(request: HttpRequest) -> None:
+    if not can_read_benchmarks(request.user):
+        raise PermissionDenied
+
+
+def _staff(request: HttpRequest) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied
+
+
+# ---------------------------------------------------------------------------- annotators
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    """An annotator's studies with their own progress; staff go to the study list."""
+    if can_read_benchmarks(request.user):
+        return redirect("annotation:study-list")
+    if not selectors.is_annotator(request.user):
+        raise PermissionDenied
+    rows = [
+        (study, selectors.annotator_progress(study=study, annotator=request.user))
+        for study in selectors.annotator_study_list(user=request.user)
+    ]
+    return render(request, "annotation/home.html", {"rows": rows})
+
+
+@login_required
+def grading(request: HttpRequest, study_id: int) -> HttpResponse:
+    """The grading page. It holds no contest data: the script fetches it blind."""
+    if not selectors.is_annotator(request.user):
+        raise PermissionDenied
+    study = selectors.study_get_for_annotator(user=request.user, study_id=study_id)
+    return render(
+        request,
+        "annotation/grading.html",
+        {
+            "study": study,
+            "instructions": mark_safe(markdown.render(study.instructions)),  # noqa: S308 - escaped by the renderer
+        },
+    )
+
+
+# ---------------------------------------------------------------------------- staff
+
+
+def _system_label(system: System) -> str:
+    return f"{system.dataset.name}: {system.name}"
+
+
+class StudyForm(forms.Form):
+    name = forms.CharField(max_length=200)
+    datasets = forms.ModelMultipleChoiceField(
+        queryset=Dataset.objects.order_by("name"),
+        widget=forms.CheckboxSelectMultiple,
+    )
+    systems = forms.ModelMultipleChoiceField(
+        queryset=System.objects.select_related("dataset").order_by(
+            "dataset__name", "name"
+        ),
+        widget=forms.CheckboxSelectMultiple,
+        help_text="at least two per dataset; contests pair systems of one dataset",
+    )
+    contests = forms.IntegerField(min_value=1, initial=40)
+    depth = forms.IntegerField(min_value=1, max_value=50, initial=5, label="Depth k")
+    per_contest = forms.IntegerField(
+        min_value=1, max_value=20, initial=3, label="Annotators per contest"
+    )
+    quota_decisive = forms.FloatField(
+        min_value=0, max_value=1, initial=0.5, label="Quota: discordant, decisive"
+    )
+    quota_marginal = forms.FloatField(
+        min_value=0, max_value=1, initial=0.25, label="Quota: discordant, marginal"
+    )
+    quota_concordant = forms.FloatField(
+        min_value=0, max_value=1, initial=0.25, label="Quota: concordant controls"
+    )
+    seed = forms.IntegerField(min_value=0, initial=0)
+    lease_minutes = forms.IntegerField(min_value=1, initial=30)
+    collect_order = forms.BooleanField(
+        required=False, label="Ask for an order of equally graded documents"
+    )
+    collect_comments = forms.BooleanField(
+        required=False, initial=True, label="Comment box per document"
+    )
+    open_now = forms.BooleanField(required=False, label="Open at once")
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["systems"].label_from_instance = _system_label
+
+    def plan_kwargs(self) -> dict:
+        data = self.cleaned_data
+        return {
+            "datasets": list(data["datasets"]),
+            "systems": list(data["systems"]),
+            "n_contests": data["contests"],
+            "depth": data["depth"],
+            "quotas": {
+                sampling.DECISIVE: data["quota_decisive"],
+                sampling.MARGINAL: data["quota_marginal"],
+                sampling.CONCORDANT: data["quota_concordant"],
+            },
+            "seed": data["seed"],
+        }
+
+
+@login_required
+def study_list(request: HttpRequest) -> HttpResponse:
+    """Studies; staff create one in two steps: preview the sampling, then create."""
+    _reader(request)
+    form = StudyForm(request.POST or None)
+    preview = None
+    if request.method == "POST":
+        _staff(request)
+        if form.is_valid():
+            try:
+                if "create" in request.POST:
+                    data = form.cleaned_data
+                    study = services.study_create(
+                        name=data["name"],
+                        **form.plan_kwargs(),
+                        per_contest=data["per_contest"],
+                        lease_duration=timedelta(minutes=data["lease_minutes"]),
+                        collect_order=data["collect_order"],
+                        collect_comments=data["collect_comments"],
+                        created_by=request.user,
+                        open_now=data["open_now"],
+                    )
+                    messages.success(
+                        request,
+                        f"Study {study.pk} created with "
+                        f"{study.contests.count()} contests.",
+                    )
+                    return redirect("annotation:study-detail", study_id=study.pk)
+                summary = services.study_plan(**form.plan_kwargs()).summary()
+                preview = {
+                    "candidates": summary["candidates"],
+                    "fit": summary["fit"],
+                    "rows": [
+                        (
+                            cell,
+                            summary["quotas"][cell],
+                            summary["available"][cell],
+                            summary["requested"][cell],
+                            summary["drawn"][cell],
+                        )
+                        for cell in sampling.CELLS
+                    ],
+                }
+            except ApplicationError as exc:
+                form.add_error(None, exc.message)
+    return render(
+        request,
+        "annotation/study_list.html",
+        {
+            "studies": selectors.study_list(user=request.user),
+            "form": form,
+            "preview": preview,
+        },
+    )
+
+
+@login_required
+def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
+    """Monitoring: contest states, annotators, expired leases, progress chart."""
+    _reader(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    return render(
+        request,
+        "annotation/study_detail.html",
+        {"study": study, "progress": selectors.study_progress(study=study)},
+    )
+
+
+@login_required
+@require_POST
+def study_action(request: HttpRequest, study_id: int, action: str) -> HttpResponse:
+    """Close or (re)open a study."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    actions = {"open": services.study_open, "close": services.study_close}
+    try:
+        actions[action](study=study)
+        messages.success(request, f"Study {study.pk} is {study.status}.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)

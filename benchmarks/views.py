@@ -23,6 +23,11 @@ def _require_reader(request: HttpRequest) -> None:
 def home(request: HttpRequest) -> HttpResponse:
     """Staff and reviewers see the dashboard; anyone else sees their own start page."""
     if not can_read_benchmarks(request.user):
+        if request.user.has_perm("annotation.annotate"):
+            # Annotators land on their studies page (annotation app).
+            from annotation.views import home as annotator_home
+
+            return annotator_home(request)
         return render(request, "benchmarks/no_access.html", status=200)
     datasets = selectors.dataset_list(user=request.user)
     return render(request, "benchmarks/dashboard.html", {"datasets": datasets})

@@ -6,6 +6,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import ObtainAuthToken
 
+from annotation import urls as annotation_urls
 from benchmarks import urls as benchmarks_urls
 from benchmarks import views as benchmarks_views
 from calibration import urls as calibration_urls
@@ -27,8 +28,10 @@ urlpatterns = [
     path("api/v1/", include((benchmarks_urls.api_urlpatterns, "benchmarks-api"))),
     path("api/v1/", include((judging_urls.api_urlpatterns, "judging-api"))),
     path("api/v1/", include((calibration_urls.api_urlpatterns, "calibration-api"))),
+    path("api/v1/", include((annotation_urls.api_urlpatterns, "annotation-api"))),
     path("benchmarks/", include("benchmarks.urls")),
     path("judging/", include("judging.urls")),
     path("calibration/", include("calibration.urls")),
+    path("annotation/", include("annotation.urls")),
     path("", benchmarks_views.home, name="home"),
 ]

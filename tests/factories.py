@@ -94,3 +94,19 @@ class RankingEntryFactory(factory.django.DjangoModelFactory):
     )
     rank = factory.Sequence(lambda n: n + 1)
     score = 0.0
+
+
+class AnnotatorFactory(UserFactory):
+    """A user of the ``annotators`` group (only ``annotation.annotate``)."""
+
+    class Meta:
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"annotator-{n}")
+
+    @factory.post_generation
+    def annotator_group(self, create, extracted, **kwargs):
+        if create:
+            from annotation.services import annotator_group_ensure
+
+            self.groups.add(annotator_group_ensure())

@@ -37,6 +37,7 @@ class Command(BaseCommand):
             self._load_tiny()
             self._load_generated()
             self._accounts()
+        self._annotation_study()
         self.stdout.write(self.style.SUCCESS("Demo loaded."))
         self.print_logins(self.stdout)
 
@@ -110,3 +111,53 @@ class Command(BaseCommand):
             self.stderr.write(
                 "Warning: demo accounts with known passwords on a DEBUG=off install."
             )
+
+    def _annotation_study(self) -> None:
+        """Released gains for 'tiny' (if it has no calibration) and an open study of
+        its two systems with the three demo annotators. Idempotent."""
+        import json
+
+        from annotation.models import Study
+        from annotation.selectors import contest_candidates, fit_latest_for
+        from annotation.services import study_create, study_member_add
+        from calibration.rcp.gain import rcp_gain
+        from calibration.services import gains_import
+
+        name = "Demo study"
+        dataset = Dataset.objects.filter(name="tiny").first()
+        if dataset is None or Study.objects.filter(name=name).exists():
+            return
+        with transaction.atomic():
+            fit = fit_latest_for(datasets=[dataset])
+            if fit is None:
+                released = json.loads((DEMO_DIR / "tiny" / "released.json").read_text())
+                items = released["items"]
+                lines = ["query_id\tdoc_id\ttheta\tgain"]
+                for qid, thetas in released["thetas"].items():
+                    for did, theta in thetas.items():
+                        gain = float(rcp_gain(theta, items["gamma"], items["beta"]))
+                        lines.append(f"{qid}\t{did}\t{theta!r}\t{gain!r}")
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = Path(tmp) / "tiny-released-gains.tsv"
+                    path.write_text("\n".join(lines) + "\n")
+                    fit = gains_import(dataset=dataset, path=path)
+            systems = list(dataset.systems.order_by("name"))
+            n = len(contest_candidates(fit=fit, systems=systems, depth=5))
+            study = study_create(
+                name=name,
+                datasets=[dataset],
+                systems=systems,
+                n_contests=n,
+                fit=fit,
+                seed=1,
+                open_now=True,
+            )
+            User = get_user_model()
+            for username, _password in ANNOTATORS:
+                study_member_add(
+                    study=study, annotator=User.objects.get(username=username)
+                )
+        self.stdout.write(
+            f"Demo: opened study {study.pk} {name!r} ({n} contests on 'tiny', "
+            f"3 annotators each)."
+        )

@@ -1,0 +1,58 @@
+"""Writes of the annotation app, by subject: ``annotators``, ``studies`` and
+``assignment`` (the algorithm of ASSIGNMENT.md: ``assignment_next``,
+``assignment_draft_save`` and ``assignment_submit`` are its only entry points).
+"""
+
+from .annotators import (
+    ANNOTATE_CODENAME,
+    ANNOTATORS_GROUP,
+    ImportedAnnotator,
+    annotator_activate,
+    annotator_create,
+    annotator_deactivate,
+    annotator_group_ensure,
+    annotators_import,
+    study_member_add,
+)
+from .assignment import (
+    assignment_draft_save,
+    assignment_next,
+    assignment_submit,
+    grade_of,
+)
+from .studies import (
+    DEFAULT_INSTRUCTIONS,
+    DEFAULT_QUESTIONS,
+    METRIC_K,
+    StudyPlan,
+    rubric_create,
+    study_close,
+    study_create,
+    study_open,
+    study_plan,
+)
+
+__all__ = [
+    "ANNOTATE_CODENAME",
+    "ANNOTATORS_GROUP",
+    "DEFAULT_INSTRUCTIONS",
+    "DEFAULT_QUESTIONS",
+    "METRIC_K",
+    "ImportedAnnotator",
+    "StudyPlan",
+    "annotator_activate",
+    "annotator_create",
+    "annotator_deactivate",
+    "annotator_group_ensure",
+    "annotators_import",
+    "assignment_draft_save",
+    "assignment_next",
+    "assignment_submit",
+    "grade_of",
+    "rubric_create",
+    "study_close",
+    "study_create",
+    "study_member_add",
+    "study_open",
+    "study_plan",
+]

@@ -1,0 +1,185 @@
+"""Annotator accounts: the annotators group, creation (one or a CSV), deactivation,
+study membership."""
+
+from __future__ import annotations
+
+import csv
+import io
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.password_validation import validate_password
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from rcp_platform.exceptions import ApplicationError, ConflictError
+
+from .. import selectors
+from ..models import Annotator, Assignment, AssignmentStatus, Study, StudyMember
+
+ANNOTATORS_GROUP = "annotators"
+ANNOTATE_CODENAME = "annotate"
+
+
+@transaction.atomic
+def annotator_group_ensure() -> Group:
+    """Return the ``annotators`` group, creating it with only ``annotation.annotate``.
+
+    Idempotent. The permission is declared on the ``Annotator`` proxy model (created
+    by migrate; created here too so the function works before post-migrate ran).
+    Annotators get nothing of the staff UI or API.
+    """
+    content_type = ContentType.objects.get_for_model(
+        Annotator, for_concrete_model=False
+    )
+    permission, _ = Permission.objects.get_or_create(
+        codename=ANNOTATE_CODENAME,
+        content_type=content_type,
+        defaults={"name": "Can grade contests of open studies"},
+    )
+    group, _ = Group.objects.get_or_create(name=ANNOTATORS_GROUP)
+    group.permissions.set([permission])
+    return group
+
+
+def _new_password() -> str:
+    return secrets.token_urlsafe(12)
+
+
+@transaction.atomic
+def annotator_create(
+    *,
+    username: str,
+    password: str | None = None,
+    email: str = "",
+    study: Study | None = None,
+    update: bool = False,
+) -> tuple[Any, str | None]:
+    """Create (or with ``update``, re-password) an annotator; optionally invite to a study.
+
+    Returns (user, generated password or None). A missing password is generated.
+    Refuses an existing username without ``update`` and staff accounts always (an
+    annotator account must hold nothing but the annotate permission).
+    """
+    User = get_user_model()
+    username = username.strip()
+    generated = None
+    if not password:
+        password = generated = _new_password()
+    user = User.objects.filter(username=username).first()
+    if user is not None and not update:
+        raise ConflictError(f"user {username!r} exists already")
+    if user is not None and (user.is_staff or user.is_superuser):
+        raise ConflictError(f"user {username!r} is staff; it cannot be an annotator")
+    if user is None:
+        user = User(username=username, email=email)
+        try:
+            user.full_clean(exclude=["password"])
+        except ValidationError as exc:
+            raise ApplicationError(
+                f"invalid username {username!r}: "
+                + "; ".join(m for msgs in exc.message_dict.values() for m in msgs)
+            ) from exc
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise ApplicationError(f"password refused: {' '.join(exc.messages)}") from exc
+    user.set_password(password)
+    user.is_active = True
+    if user.pk is None:
+        user.save()
+    else:
+        user.save(update_fields=["password", "is_active"])
+    user.groups.add(annotator_group_ensure())
+    if study is not None:
+        study_member_add(study=study, annotator=user)
+    return user, generated
+
+
+@dataclass(frozen=True)
+class ImportedAnnotator:
+    username: str
+    password: str | None  # the generated password (shown once), None if given
+    created: bool
+
+
+@transaction.atomic
+def annotators_import(
+    *, text: str, study: Study | None = None, update: bool = False
+) -> list[ImportedAnnotator]:
+    """Create annotators from CSV text with header ``username[,password][,email]``.
+
+    All or nothing: the first bad row raises ApplicationError naming its line. Empty
+    passwords are generated and returned once; ``update`` re-passwords existing
+    annotators instead of refusing them.
+    """
+    reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
+    header = [h.strip().lower() for h in (reader.fieldnames or [])]
+    if "username" not in header:
+        raise ApplicationError("line 1: the CSV header must name a username column")
+    reader.fieldnames = header
+    User = get_user_model()
+    out: list[ImportedAnnotator] = []
+    seen: set[str] = set()
+    for line, row in enumerate(reader, start=2):
+        username = (row.get("username") or "").strip()
+        if not username:
+            raise ApplicationError(f"line {line}: username is empty")
+        if username in seen:
+            raise ApplicationError(f"line {line}: duplicate username {username!r}")
+        seen.add(username)
+        existed = User.objects.filter(username=username).exists()
+        try:
+            _user, generated = annotator_create(
+                username=username,
+                password=(row.get("password") or "").strip() or None,
+                email=(row.get("email") or "").strip(),
+                study=study,
+                update=update,
+            )
+        except ApplicationError as exc:
+            raise ApplicationError(f"line {line}: {exc.message}") from exc
+        out.append(ImportedAnnotator(username, generated, not existed))
+    if not out:
+        raise ApplicationError("the CSV has no rows after the header")
+    return out
+
+
+@transaction.atomic
+def annotator_deactivate(*, user: Any) -> int:
+    """Deactivate an account and return its open leases to the pool at once.
+
+    Returns the number of leases released. Their drafts are kept.
+    """
+    user.is_active = False
+    user.save(update_fields=["is_active"])
+    return Assignment.objects.filter(
+        annotator=user, status=AssignmentStatus.LEASED
+    ).update(status=AssignmentStatus.EXPIRED, slot=None)
+
+
+@transaction.atomic
+def annotator_activate(*, user: Any) -> Any:
+    user.is_active = True
+    user.save(update_fields=["is_active"])
+    return user
+
+
+@transaction.atomic
+def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
+    """Invite an annotator to a study (idempotent; re-activates a removed member)."""
+    if not annotator.has_perm(selectors.ANNOTATE_PERMISSION) and not (
+        annotator.groups.filter(name=ANNOTATORS_GROUP).exists()
+    ):
+        raise ApplicationError(f"user {annotator.username!r} is not an annotator")
+    member, created = StudyMember.objects.get_or_create(
+        study=study, annotator=annotator
+    )
+    if not created and not member.active:
+        member.active = True
+        member.save(update_fields=["active"])
+    return member
