@@ -12,13 +12,36 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from django.db.models import Count, IntegerField, OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import (
+    Count,
+    IntegerField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+)
 from django.db.models.functions import Coalesce
 
 from benchmarks import formats
-from benchmarks.models import Dataset, PoolEntry, Qrel, RankingEntry
+from benchmarks.models import (
+    Dataset,
+    Document,
+    PoolEntry,
+    Qrel,
+    Query,
+    RankingEntry,
+    System,
+)
 from calibration.rcp import stats as rcp_stats
-from calibration.rcp.ndcg import PROTOCOLS, count_ndcg, qrel_ndcg, rcp_ndcg
+from calibration.rcp.ndcg import (
+    PROTOCOLS,
+    Rankings,
+    index_of,
+    qrel_gain_array,
+    ranked_label_hits,
+    rows_array,
+)
 from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError, NotFoundError
 
@@ -118,54 +141,278 @@ def _clean(x: Any) -> Any:
     return x
 
 
-def _dataset_inputs(dataset: Dataset, fit: CalibrationFit) -> dict[str, Any]:
-    gains: dict[str, dict[str, float]] = {}
-    counts: dict[str, dict[str, float]] = {}
-    for q, d, g, c in DocumentAbility.objects.filter(
-        fit=fit, query__dataset=dataset
-    ).values_list("query__external_id", "document__external_id", "gain", "count_gain"):
-        if g is not None:
-            gains.setdefault(q, {})[d] = g
-        if c is not None:
-            counts.setdefault(q, {})[d] = c
-    qrels: dict[str, dict[str, float]] = {}
-    for q, d, g in Qrel.objects.filter(query__dataset=dataset).values_list(
-        "query__external_id", "document__external_id", "grade"
-    ):
-        qrels.setdefault(q, {})[d] = g
-    pools: dict[str, list[str]] = {}
-    for q, d in (
-        PoolEntry.objects.filter(query__dataset=dataset)
-        .order_by("query_id", "rank")
-        .values_list("query__external_id", "document__external_id")
-    ):
-        pools.setdefault(q, []).append(d)
-    runs: dict[str, dict[str, dict[str, float]]] = {}
-    for s, q, d, score in RankingEntry.objects.filter(
-        system__dataset=dataset
-    ).values_list(
-        "system__name", "query__external_id", "document__external_id", "score"
-    ):
-        runs.setdefault(s, {}).setdefault(q, {})[d] = score
-    return {
-        "gains": gains,
-        "counts": counts,
-        "qrels": qrels,
-        "pools": pools,
-        "runs": runs,
-    }
+def _ids(rows: Sequence[Sequence[Any]], width: int) -> np.ndarray:
+    return rows_array(rows, width) if rows else np.zeros((0, width))
 
 
-def _check_matches(dataset: Dataset, system: str, run: RunMap, gains: RunMap) -> None:
-    """Refuse a run that ranks no judged document, naming an example of each side."""
-    for q, docs in run.items():
-        judged = gains.get(q, {})
-        if any(d in judged for d in docs):
+class _DocCodes:
+    """Document pk (or an uploaded run's external id) -> integer key for ``Rankings``.
+
+    Under ``doc_id_desc`` keys follow the external ids' string order (trec_eval's
+    tie order), read once for the documents ranked or pooled in the dataset;
+    otherwise the pk itself. Ids only an uploaded run names get keys of their own;
+    labelled documents nobody ranks or pools map past every key.
+    """
+
+    def __init__(
+        self, dataset: Dataset, *, by_name: bool, pks: np.ndarray, extra: set[str]
+    ) -> None:
+        self.by_name = by_name
+        self.extra_pk = _document_pks(dataset, extra)
+        unknown = sorted(extra - set(self.extra_pk))
+        if not by_name:
+            top = int(max(pks.max(initial=0), *self.extra_pk.values(), 0)) + 1
+            self.unknown = {n: top + i for i, n in enumerate(unknown)}
             return
-    ex_q, ex_docs = next(iter(run.items()), ("(none)", {}))
-    ex_d = next(iter(ex_docs), "(none)")
-    j_q, j_docs = next(iter(gains.items()), ("(none)", {}))
-    j_d = next(iter(j_docs), "(none)")
+        in_use = Q(
+            id__in=RankingEntry.objects.filter(system__dataset=dataset).values(
+                "document_id"
+            )
+        ) | Q(
+            id__in=PoolEntry.objects.filter(query__dataset=dataset).values(
+                "document_id"
+            )
+        )
+        names: dict[int | None, str] = dict(
+            Document.objects.filter(in_use, dataset=dataset).values_list(
+                "id", "external_id"
+            )
+        )
+        names.update({pk: name for name, pk in self.extra_pk.items()})
+        ordered = sorted(
+            [*names.items(), *((None, n) for n in unknown)], key=lambda t: t[1]
+        )
+        self.unknown = {n: i for i, (pk, n) in enumerate(ordered) if pk is None}
+        coded = sorted((pk, i) for i, (pk, _n) in enumerate(ordered) if pk is not None)
+        self.pks = np.array([pk for pk, _ in coded], dtype=np.int64)
+        self.codes = np.array([c for _, c in coded], dtype=np.int64)
+        self.outside = len(ordered)
+
+    def of_pks(self, pks: np.ndarray) -> np.ndarray:
+        pks = pks.astype(np.int64)
+        if not self.by_name:
+            return pks
+        if self.pks.size == 0:
+            return np.full(pks.shape, self.outside, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self.pks, pks), self.pks.size - 1)
+        return np.where(self.pks[at] == pks, self.codes[at], self.outside)
+
+    def of_name(self, name: str) -> int:
+        if name in self.extra_pk:
+            return int(self.of_pks(np.array([self.extra_pk[name]]))[0])
+        return self.unknown[name]
+
+
+def _document_pks(dataset: Dataset, external_ids: set[str]) -> dict[str, int]:
+    wanted = sorted(external_ids)
+    out: dict[str, int] = {}
+    for i in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
+        out.update(
+            Document.objects.filter(
+                dataset=dataset, external_id__in=wanted[i : i + 900]
+            ).values_list("external_id", "id")
+        )
+    return out
+
+
+def _ranking_rows(system_pks: np.ndarray) -> np.ndarray:
+    """(rows, 4) array of (system pk, query pk, document pk, score) in (system,
+    query, rank) order.
+
+    Read as two narrow results, the (document, score) entries and the size of each
+    (system, query) ranking, then expanded: converting the rows Python hands back
+    costs per value, so half the columns is half the cost. A ranking changed
+    between the two reads shows as a size mismatch; then one wide read is used.
+    """
+    entries = RankingEntry.objects.filter(system_id__in=system_pks.tolist())
+    cells = _ids(
+        entries.order_by("system_id", "query_id")
+        .values_list("system_id", "query_id")
+        .annotate(n=Count("id")),
+        3,
+    )
+    docs = _ids(
+        entries.order_by("system_id", "query_id", "rank").values_list(
+            "document_id", "score"
+        ),
+        2,
+    )
+    sizes = cells[:, 2].astype(np.int64)
+    if sizes.sum() != docs.shape[0]:  # pragma: no cover - concurrent run import
+        return _ids(
+            entries.order_by("system_id", "query_id", "rank").values_list(
+                "system_id", "query_id", "document_id", "score"
+            ),
+            4,
+        )
+    return np.column_stack(
+        [np.repeat(cells[:, 0], sizes), np.repeat(cells[:, 1], sizes), docs]
+    )
+
+
+def _dataset_scores(
+    ds: Dataset,
+    fit: CalibrationFit,
+    proto: str,
+    *,
+    k: int,
+    extra_runs: Mapping[str, RunMap] | None,
+    systems: Sequence[str] | None,
+    exponential_qrels: bool,
+) -> tuple[list[str], dict[str, tuple[list[str], dict[str, np.ndarray]]]]:
+    """System names and, per metric, (query external ids, {system: per-query nDCG})
+    over the queries the metric labels. Rows are read with ``values_list`` into
+    arrays; every system's rankings are sorted once and scored against the three
+    label sets (RCP gains, Count gains, qrel grades)."""
+    preset = PROTOCOLS[proto]
+    q_rows = sorted(Query.objects.filter(dataset=ds).values_list("id", "external_id"))
+    q_pks = np.array([pk for pk, _ in q_rows], dtype=np.int64)
+    q_ext = [ext for _, ext in q_rows]
+    q_of_ext = {ext: i for i, ext in enumerate(q_ext)}
+    uploaded = dict(extra_runs or {})
+    sys_rows = sorted(
+        (pk, name)
+        for pk, name in System.objects.filter(dataset=ds).values_list("id", "name")
+        if name not in uploaded and (systems is None or name in systems)
+    )
+    extra = {n: r for n, r in uploaded.items() if systems is None or n in systems}
+    s_pks = np.array([pk for pk, _ in sys_rows], dtype=np.int64)
+    names = [name for _, name in sys_rows] + list(extra)
+    runs = _ranking_rows(s_pks)
+    labels = {
+        "rcp_ndcg": _ids(
+            DocumentAbility.objects.filter(
+                fit=fit, query__dataset=ds, gain__isnull=False
+            ).values_list("query_id", "document_id", "gain"),
+            3,
+        ),
+        "count_ndcg": _ids(
+            DocumentAbility.objects.filter(
+                fit=fit, query__dataset=ds, count_gain__isnull=False
+            ).values_list("query_id", "document_id", "count_gain"),
+            3,
+        ),
+        "qrel_ndcg": _ids(
+            Qrel.objects.filter(query__dataset=ds).values_list(
+                "query_id", "document_id", "grade"
+            ),
+            3,
+        ),
+    }
+    pools = _ids(
+        PoolEntry.objects.filter(query__dataset=ds)
+        .order_by("query_id", "rank")
+        .values_list("query_id", "document_id"),
+        2,
+    )
+    if preset.pool_only or preset.ties == "input_order":
+        has_pool = np.zeros(len(q_ext), dtype=bool)
+        has_pool[index_of(q_pks, pools[:, 0])] = True
+        labelled = np.unique(index_of(q_pks, labels["rcp_ndcg"][:, 0]))
+        lacking = sorted(q_ext[j] for j in labelled if not has_pool[j])
+        if lacking:
+            raise ApplicationError(
+                f"protocol {proto!r} ranks pool documents only, but query "
+                f"{lacking[0]!r} of {ds.name!r} has no pool"
+            )
+
+    extra_docs = {d for run in extra.values() for docs in run.values() for d in docs}
+    every_pk = np.concatenate(
+        [runs[:, 2], pools[:, 1], *(rows[:, 1] for rows in labels.values())]
+    )
+    codes = _DocCodes(
+        ds, by_name=preset.ties == "doc_id_desc", pks=every_pk, extra=extra_docs
+    )
+    sys_idx = index_of(s_pks, runs[:, 0])
+    q_idx = index_of(q_pks, runs[:, 1])
+    doc_key = codes.of_pks(runs[:, 2])
+    score = runs[:, 3]
+    if extra:
+        rows = [
+            (len(sys_rows) + i, q_of_ext[q], codes.of_name(d), float(x))
+            for i, run in enumerate(extra.values())
+            for q, docs in run.items()
+            if q in q_of_ext
+            for d, x in docs.items()
+        ]
+        more = _ids(rows, 4)
+        sys_idx = np.concatenate([sys_idx, more[:, 0].astype(np.int64)])
+        q_idx = np.concatenate([q_idx, more[:, 1].astype(np.int64)])
+        doc_key = np.concatenate([doc_key, more[:, 2].astype(np.int64)])
+        score = np.concatenate([score, more[:, 3]])
+
+    label_idx = {
+        m: (index_of(q_pks, rows[:, 0]), codes.of_pks(rows[:, 1]), rows[:, 2])
+        for m, rows in labels.items()
+    }
+    g_q, g_d, _g = label_idx["rcp_ndcg"]
+    hits = ranked_label_hits(sys_idx, q_idx, doc_key, g_q, g_d, len(names))
+    for i in np.flatnonzero(~hits):
+        _refuse_unmatched(ds, names[i], extra.get(names[i]), fit)
+
+    has_pools = pools.shape[0] > 0
+    rankings = Rankings.from_rows(
+        sys_idx,
+        q_idx,
+        doc_key,
+        score,
+        n_systems=len(names),
+        n_queries=len(q_ext),
+        protocol=proto,
+        pool_query=index_of(q_pks, pools[:, 0]) if has_pools else None,
+        pool_doc=codes.of_pks(pools[:, 1]) if has_pools else None,
+    )
+    out: dict[str, tuple[list[str], dict[str, np.ndarray]]] = {}
+    for metric, (lq, ld, lg) in label_idx.items():
+        if lq.size == 0:
+            continue
+        if metric == "qrel_ndcg":
+            gains = qrel_gain_array(
+                lg, exponential=exponential_qrels, decimals=preset.qrel_decimals
+            )
+            positive = gains > 0
+            table = rankings.ndcg(
+                lq, ld, gains, k=k, ideal_query=lq[positive], ideal_gain=gains[positive]
+            )
+            # Queries without a positive qrel are undefined for every system: dropped.
+            keep = np.zeros(len(q_ext), dtype=bool)
+            keep[lq[positive]] = True
+        else:
+            table = rankings.ndcg(lq, ld, lg, k=k)
+            keep = np.zeros(len(q_ext), dtype=bool)
+            keep[lq] = True
+        order = sorted(np.flatnonzero(keep).tolist(), key=lambda j: q_ext[j])
+        out[metric] = (
+            [q_ext[j] for j in order],
+            {n: table[i, order] for i, n in enumerate(names)},
+        )
+    return names, out
+
+
+def _refuse_unmatched(
+    dataset: Dataset, system: str, run: RunMap | None, fit: CalibrationFit
+) -> None:
+    """Refuse a run that ranks no judged document, naming an example of each side."""
+    if run is not None:
+        ex_q, ex_docs = next(iter(run.items()), ("(none)", {}))
+        ex_d = next(iter(ex_docs), "(none)")
+    else:
+        first = (
+            RankingEntry.objects.filter(system__dataset=dataset, system__name=system)
+            .order_by("system_id", "query_id", "rank")
+            .values_list("query__external_id", "document__external_id")
+            .first()
+        )
+        ex_q, ex_d = first or ("(none)", "(none)")
+    judged = (
+        DocumentAbility.objects.filter(
+            fit=fit, query__dataset=dataset, gain__isnull=False
+        )
+        .order_by("query_id", "-gain", "document_id")  # the best judged document
+        .values_list("query__external_id", "document__external_id")
+        .first()
+    )
+    j_q, j_d = judged or ("(none)", "(none)")
     raise ApplicationError(
         f"system {system!r} matches no judged document of dataset {dataset.name!r}: "
         f"it ranks e.g. {ex_d!r} for query {ex_q!r}, while judged documents look "
@@ -229,46 +476,19 @@ def leaderboard_compute(
         fits[ds.name] = fit.pk
         proto = protocol or ds.protocol
         protocols[ds.name] = proto
-        data = _dataset_inputs(ds, fit)
-        runs = data["runs"]
-        if extra_runs:
-            runs = {**runs, **{n: dict(r) for n, r in extra_runs.items()}}
-        if systems is not None:
-            runs = {n: r for n, r in runs.items() if n in systems}
-        if PROTOCOLS[proto].pool_only or PROTOCOLS[proto].ties == "input_order":
-            lacking = [q for q in data["gains"] if q not in data["pools"]]
-            if lacking:
-                raise ApplicationError(
-                    f"protocol {proto!r} ranks pool documents only, but query "
-                    f"{lacking[0]!r} of {ds.name!r} has no pool"
-                )
-        pools = data["pools"] or None
-        metric_inputs = {
-            "rcp_ndcg": (rcp_ndcg, data["gains"]),
-            "count_ndcg": (count_ndcg, data["counts"]),
-            "qrel_ndcg": (qrel_ndcg, data["qrels"]),
-        }
-        for name, run in sorted(runs.items()):
-            _check_matches(ds, name, run, data["gains"])
-        for metric, (fn, labels) in metric_inputs.items():
-            if not labels:
-                continue
-            qids = sorted(labels)
-            per_system: dict[str, np.ndarray] = {}
-            for name, run in sorted(runs.items()):
-                kwargs: dict[str, Any] = {"k": k, "protocol": proto, "pools": pools}
-                if metric == "qrel_ndcg":
-                    kwargs["exponential"] = exponential_qrels
-                values = fn(run, labels, **kwargs)
-                per_system[name] = np.array([values[q] for q in qids], dtype=float)
-            # Queries without a positive qrel are NaN for every system: drop them.
-            if per_system:
-                keep = ~np.all(np.isnan(np.stack(list(per_system.values()))), axis=0)
-                qids = [q for q, kp in zip(qids, keep, strict=True) if kp]
-                per_system = {n: v[keep] for n, v in per_system.items()}
+        ds_systems, per_metric = _dataset_scores(
+            ds,
+            fit,
+            proto,
+            k=k,
+            extra_runs=extra_runs,
+            systems=systems,
+            exponential_qrels=exponential_qrels,
+        )
+        for metric, (qids, per_system) in per_metric.items():
             labels_q = [f"{ds.name}||{q}" if suite else q for q in qids]
             tables[metric].append((ds.name, labels_q, per_system))
-        all_systems.update(runs)
+        all_systems.update(ds_systems)
 
     names = sorted(all_systems)
     rows: dict[str, dict[str, Any]] = {

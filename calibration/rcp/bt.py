@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg.lapack import dposv
 from scipy.special import expit
 
 __all__ = [
@@ -16,12 +17,17 @@ __all__ = [
     "BTResult",
     "aggregate_pairs",
     "fit_bt",
+    "ragged_window_pairs",
     "window_pair_weight",
     "window_pairs",
+    "window_pairs_batch",
 ]
 
 LABEL_CLIP = (0.01, 0.99)
 BT_L2 = 1e-4
+# Pair aggregation sums on a dense n x n key grid up to this many cells (pools of a
+# few hundred documents); beyond it, a sort of the 1-D keys.
+_DENSE_KEYS = 1 << 22
 
 
 def window_pair_weight(w: int) -> float:
@@ -56,6 +62,68 @@ def window_pairs(
     return winners, losers, labels, weights
 
 
+def window_pairs_batch(
+    doc_index: np.ndarray, scores: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``window_pairs`` of W windows of equal size w at once, from (W, w) arrays.
+
+    Row i of ``doc_index``/``scores`` is one window in prompt order. The output is
+    exactly the concatenation of ``window_pairs(doc_index[i], scores[i])`` over i
+    (same rows, same order, same floats).
+    """
+    doc_index = np.asarray(doc_index, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    if doc_index.ndim != 2 or doc_index.shape != scores.shape:
+        raise ValueError("doc_index and scores must be (windows, w) arrays alike")
+    if not np.all(np.isfinite(scores)):
+        raise ValueError("window scores must be finite")
+    w = doc_index.shape[1]
+    first, second = np.triu_indices(w, k=1)
+    diff = (scores[:, first] - scores[:, second]).ravel()
+    first_wins = diff >= 0
+    a = doc_index[:, first].ravel()
+    b = doc_index[:, second].ravel()
+    winners = np.where(first_wins, a, b)
+    losers = np.where(first_wins, b, a)
+    labels = np.clip(expit(np.abs(diff)), *LABEL_CLIP)
+    weights = np.full(diff.size, window_pair_weight(w))
+    return winners, losers, labels, weights
+
+
+def ragged_window_pairs(
+    sizes: np.ndarray, doc_index: np.ndarray, scores: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``window_pairs`` of windows of any sizes, given flat: window i holds the next
+    ``sizes[i]`` entries of ``doc_index``/``scores``.
+
+    Windows of one size are paired in one vectorised call; the output is exactly the
+    concatenation of the per-window ``window_pairs`` in window order.
+    """
+    sizes = np.asarray(sizes, dtype=np.int64).ravel()
+    doc_index = np.asarray(doc_index, dtype=np.int64).ravel()
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    if np.any(sizes < 0) or sizes.sum() != doc_index.size:
+        raise ValueError("window sizes must be non-negative and cover doc_index")
+    if scores.shape != doc_index.shape:
+        raise ValueError("doc_index and scores must have equal length")
+    starts = np.cumsum(sizes) - sizes
+    n_pairs = sizes * (sizes - 1) // 2
+    pair_starts = np.cumsum(n_pairs) - n_pairs
+    total = int(n_pairs.sum())
+    winners = np.empty(total, dtype=np.int64)
+    losers = np.empty(total, dtype=np.int64)
+    labels = np.empty(total)
+    weights = np.empty(total)
+    for w in np.unique(sizes[sizes > 1]).tolist():
+        which = np.flatnonzero(sizes == w)
+        take = starts[which, None] + np.arange(w)
+        parts = window_pairs_batch(doc_index[take], scores[take])
+        where = (pair_starts[which, None] + np.arange(w * (w - 1) // 2)).ravel()
+        for out, part in zip((winners, losers, labels, weights), parts, strict=True):
+            out[where] = part
+    return winners, losers, labels, weights
+
+
 def aggregate_pairs(
     winners: np.ndarray,
     losers: np.ndarray,
@@ -68,22 +136,39 @@ def aggregate_pairs(
     objective, its gradient and the SE are unchanged. Rows are oriented so that
     label >= 0.5 and sorted by (winner, loser); zero-weight pairs are dropped.
     """
-    winners, losers, labels, weights = _as_pair_arrays(winners, losers, labels, weights)
+    return _aggregate(*_as_pair_arrays(winners, losers, labels, weights))
+
+
+def _aggregate(
+    winners: np.ndarray, losers: np.ndarray, labels: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     lo = np.minimum(winners, losers)
     hi = np.maximum(winners, losers)
     # Probability that `lo` beats `hi`, whatever the row's orientation.
     p_lo = np.where(winners == lo, labels, 1.0 - labels)
-    keys = np.stack([lo, hi], axis=1)
-    uniq, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.ravel()
-    total_w = np.bincount(inverse, weights=weights, minlength=len(uniq))
-    sum_wp = np.bincount(inverse, weights=weights * p_lo, minlength=len(uniq))
+    # One integer key per unordered pair; bincount adds in input order on either
+    # path, so the sums do not depend on which path runs.
+    span = int(hi.max()) + 1 if hi.size else 1
+    if span > 2**31:  # pragma: no cover - keys would overflow int64
+        raise ValueError("document indices beyond 2^31 are not supported")
+    key = lo * span + hi
+    if span * span <= _DENSE_KEYS:
+        total_w = np.bincount(key, weights=weights, minlength=span * span)
+        sum_wp = np.bincount(key, weights=weights * p_lo, minlength=span * span)
+        uniq = np.flatnonzero(np.bincount(key, minlength=span * span))
+        total_w, sum_wp = total_w[uniq], sum_wp[uniq]
+    else:
+        uniq, inverse = np.unique(key, return_inverse=True)
+        total_w = np.bincount(inverse, weights=weights, minlength=uniq.size)
+        sum_wp = np.bincount(inverse, weights=weights * p_lo, minlength=uniq.size)
+    uniq_lo, uniq_hi = np.divmod(uniq, span)
     keep = total_w > 0
-    uniq, total_w, sum_wp = uniq[keep], total_w[keep], sum_wp[keep]
+    uniq_lo, uniq_hi = uniq_lo[keep], uniq_hi[keep]
+    total_w, sum_wp = total_w[keep], sum_wp[keep]
     p = sum_wp / total_w
     lo_wins = p >= 0.5
-    out_w = np.where(lo_wins, uniq[:, 0], uniq[:, 1])
-    out_l = np.where(lo_wins, uniq[:, 1], uniq[:, 0])
+    out_w = np.where(lo_wins, uniq_lo, uniq_hi)
+    out_l = np.where(lo_wins, uniq_hi, uniq_lo)
     out_y = np.where(lo_wins, p, 1.0 - p)
     order = np.lexsort((out_l, out_w))
     return out_w[order], out_l[order], out_y[order], total_w[order]
@@ -135,7 +220,7 @@ def fit_bt(
         if x0.shape != (n_docs,):
             raise ValueError("init must have shape (n_docs,)")
 
-    win, los, y, w = aggregate_pairs(winners, losers, labels, weights)
+    win, los, y, w = _aggregate(winners, losers, labels, weights)
     compared = np.zeros(n_docs, dtype=bool)
     compared[win] = True
     compared[los] = True
@@ -196,9 +281,10 @@ def _newton(
         hess = np.bincount(win * n + los, h, n * n).reshape(n, n)
         hess = -(hess + hess.T)
         hess[diag_idx, diag_idx] += np.bincount(win, h, n) + np.bincount(los, h, n) + l2
-        try:
-            step = np.linalg.solve(hess, g)
-        except np.linalg.LinAlgError:  # pragma: no cover - l2 > 0 keeps it definite
+        # Cholesky (the Hessian is symmetric positive definite for l2 > 0); with one
+        # BLAS thread this is the cheapest dense solve at pool sizes.
+        _c, step, info = dposv(hess.T, g, lower=1, overwrite_a=1)
+        if info != 0:  # pragma: no cover - l2 > 0 keeps it definite
             step = g
         t, slope = 1.0, float(g @ step)
         while True:

@@ -202,3 +202,14 @@ def test_admin_changelists_are_read_only(client, admin_user, sim_fit, model):
         client.get(reverse(f"admin:calibration_{model}_changelist")).status_code == 200
     )
     assert client.get(reverse(f"admin:calibration_{model}_add")).status_code == 403
+
+
+def test_staff_nav_links_calibration_next_to_judging(client, admin_user, reviewer):
+    """Staff see a Calibration link right after Judging in the nav; others do not."""
+    client.force_login(admin_user)
+    nav = client.get(reverse("calibration:index")).content.decode()
+    judging = f'<a href="{reverse("judging:job-list")}">Judging</a>'
+    calibration = f'<a href="{reverse("calibration:index")}">Calibration</a>'
+    assert f"{judging} {calibration}" in nav
+    client.force_login(reviewer)
+    assert calibration not in client.get(reverse("calibration:index")).content.decode()

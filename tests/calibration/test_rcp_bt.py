@@ -9,7 +9,14 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 from sklearn.linear_model import LogisticRegression
 
-from calibration.rcp.bt import aggregate_pairs, fit_bt, window_pairs
+from calibration.rcp import bt
+from calibration.rcp.bt import (
+    aggregate_pairs,
+    fit_bt,
+    ragged_window_pairs,
+    window_pairs,
+    window_pairs_batch,
+)
 
 
 def _simulate_windows(seed: int, n_docs: int, n_windows: int, w: int = 10):
@@ -176,3 +183,38 @@ def test_rejects_bad_input():
         fit_bt([0], [5], [0.7], [1.0], 3)
     with pytest.raises(ValueError):
         fit_bt([0], [1], [1.2], [1.0], 3)
+
+
+def test_vectorised_pairs_equal_the_per_window_path_exactly():
+    """window_pairs_batch (equal sizes) and ragged_window_pairs (any sizes, 0 to 10,
+    tied scores) give exactly the concatenated per-window window_pairs rows."""
+    rng = np.random.default_rng(8)
+    sizes = rng.integers(0, 11, 60)
+    docs = [rng.choice(40, w, replace=False) for w in sizes]
+    scores = [np.round(rng.normal(0, 2, w), 0) for w in sizes]  # many exact ties
+    per_window = [window_pairs(d, s) for d, s in zip(docs, scores, strict=True)]
+    expected = [np.concatenate(parts) for parts in zip(*per_window, strict=True)]
+    got = ragged_window_pairs(sizes, np.concatenate(docs), np.concatenate(scores))
+    for a, b in zip(got, expected, strict=True):
+        assert a.dtype == b.dtype
+        assert_array_equal(a, b)
+    ten = np.flatnonzero(sizes == 10)
+    batch = window_pairs_batch(
+        np.stack([docs[i] for i in ten]), np.stack([scores[i] for i in ten])
+    )
+    for a, b in zip(
+        batch, zip(*[per_window[i] for i in ten], strict=True), strict=True
+    ):
+        assert_array_equal(a, np.concatenate(b))
+    with pytest.raises(ValueError):
+        ragged_window_pairs([3], [0, 1], [0.0, 1.0])
+
+
+def test_aggregation_key_paths_agree_exactly(monkeypatch):
+    """The dense-key and sorted-key aggregation paths return identical arrays."""
+    _, (w, lo, y, wt) = _simulate_windows(seed=6, n_docs=30, n_windows=15)
+    dense = aggregate_pairs(w, lo, y, wt)
+    monkeypatch.setattr(bt, "_DENSE_KEYS", 0)
+    sparse = aggregate_pairs(w, lo, y, wt)
+    for a, b in zip(dense, sparse, strict=True):
+        assert_array_equal(a, b)

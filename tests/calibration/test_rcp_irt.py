@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from numpy.testing import assert_allclose
+from numpy.testing import assert_allclose, assert_array_equal
 from scipy.optimize import minimize
 from scipy.special import expit
 from scipy.stats import spearmanr
 
+from calibration.rcp import irt
 from calibration.rcp.bt import fit_bt, window_pairs
 from calibration.rcp.irt import (
     aggregate_rubric,
@@ -244,3 +245,133 @@ def test_calibration_ranks_across_queries_better_than_raw_bt():
     raw = spearmanr(pooled(theta_bt), pooled(truth)).statistic
     assert calibrated > 0.9
     assert calibrated - raw > 0.4
+
+
+def _problem(seed: int, n_q: int = 5, rows: int = 80) -> tuple:
+    rng = np.random.default_rng(seed)
+    query = np.sort(rng.integers(0, n_q - 1, rows))  # the last query has no rows
+    theta = rng.normal(0.0, 1.0, rows)
+    n = rng.integers(1, 5, rows).astype(float)
+    passes = rng.binomial(n[:, None].astype(int), 0.4, (rows, 5)).astype(float)
+    total = n.sum() * 5
+    problem = irt._TournamentProblem(
+        query,
+        theta,
+        n,
+        passes,
+        n_q=n_q,
+        total=total,
+        k_tau=1 / total,
+        k_alpha=1 / (4 * total),
+        l2_gamma=1e-4,
+        l2_beta=1e-4,
+    )
+    return problem, rng
+
+
+def _dense(h, n_crit: int, n_q: int) -> np.ndarray:
+    size = 2 * n_crit + 2 * n_q
+    out = np.zeros((size, size))
+    out[: 2 * n_crit, : 2 * n_crit] = h.ii
+    for j in range(n_q):
+        t, a = 2 * n_crit + j, 2 * n_crit + n_q + j
+        out[: 2 * n_crit, t] = out[t, : 2 * n_crit] = h.iq[j, :, 0]
+        out[: 2 * n_crit, a] = out[a, : 2 * n_crit] = h.iq[j, :, 1]
+        out[t, t], out[a, a] = h.tt[j], h.aa[j]
+        out[t, a] = out[a, t] = h.ta[j]
+    return out
+
+
+def test_tournament_derivatives_match_finite_differences():
+    """The Newton solver's gradient and exact Hessian (arrow blocks assembled) equal
+    central differences, with one softmax logit past its cap; the Gauss-Newton
+    Hessian is positive definite; the Schur-complement step solves H step = grad."""
+    problem, rng = _problem(1)
+    x = rng.normal(0.0, 0.5, 2 * 5 + 2 * 5)
+    x[0] = 10.5
+    _f, grad, exact, gauss = problem.derivatives(x)
+    eps = 1e-6
+    num_g, num_h = np.zeros(x.size), np.zeros((x.size, x.size))
+    for i in range(x.size):
+        e = np.zeros(x.size)
+        e[i] = eps
+        num_g[i] = (problem.value(x + e) - problem.value(x - e)) / (2 * eps)
+        num_h[:, i] = (
+            problem.derivatives(x + e)[1] - problem.derivatives(x - e)[1]
+        ) / (2 * eps)
+    h = _dense(exact, 5, 5)
+    assert_allclose(grad, num_g, atol=1e-8)
+    assert_allclose(h, num_h, atol=1e-8)
+    assert np.linalg.eigvalsh(_dense(gauss, 5, 5)).min() > 0
+    for blocks in (exact, gauss):
+        step = problem.newton_step(grad, blocks)
+        assert_allclose(step, np.linalg.solve(_dense(blocks, 5, 5), grad), atol=1e-10)
+
+
+def test_tournament_newton_reaches_the_lbfgs_optimum():
+    """Newton stops at the optimum a long L-BFGS-B run on the same objective
+    approaches (parameters within 1e-6), at a loss no higher, in a few iterations."""
+    (query, theta_bt, n, passes), _ = _simulate_tournament(11)
+    fit = fit_tournament(query, theta_bt, n, passes)
+    q_order = np.lexsort((*passes.T[::-1], n, theta_bt, query))
+    total = n.sum() * 5
+    problem = irt._TournamentProblem(
+        query[q_order],
+        theta_bt[q_order],
+        n[q_order].astype(float),
+        passes[q_order].astype(float),
+        n_q=6,
+        total=total,
+        k_tau=1 / total,
+        k_alpha=1 / (4 * total),
+        l2_gamma=1e-4,
+        l2_beta=1e-4,
+    )
+    x0 = np.r_[np.zeros(10), np.full(6, np.log(np.e - 1)), np.zeros(6)]
+    ref = minimize(
+        lambda x: problem.derivatives(x)[:2],
+        x0,
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 20000, "maxcor": 100, "ftol": 0.0, "gtol": 1e-14},
+    )
+    assert fit.converged and fit.n_iter < 20
+    assert fit.loss <= ref.fun + 1e-15
+    tau = np.logaddexp(0.0, ref.x[10:16])
+    assert_allclose(fit.tau, tau, atol=1e-6)
+    assert_allclose(fit.alpha, ref.x[16:], atol=1e-6)
+    assert_allclose(fit.beta, ref.x[5:10] - ref.x[5:10].mean(), atol=1e-6)
+
+
+def test_rubric_only_blocks_and_pattern_keys_change_nothing(anchor, monkeypatch):
+    """Pattern keys give np.unique(axis=0)'s patterns, inverse and counts (and fall
+    back for non-integer counts); posterior blocks of 7 patterns give the same fit as
+    one block, to rounding."""
+    query, n, passes = anchor
+    rows = np.column_stack([n, passes])
+    want = np.unique(rows, axis=0, return_inverse=True, return_counts=True)
+    for got, ref in zip(irt._unique_patterns(n, passes), want, strict=True):
+        assert_array_equal(got, np.asarray(ref).reshape(got.shape))
+    half = passes / 2.0
+    want = np.unique(np.column_stack([n, half]), axis=0, return_counts=True)[1]
+    assert_array_equal(irt._unique_patterns(n, half)[2], want)
+    whole = fit_rubric_only(n, passes)
+    monkeypatch.setattr(irt, "_PATTERN_BLOCK", 7)
+    blocked = fit_rubric_only(n, passes)
+    assert_allclose(blocked.gamma, whole.gamma, atol=1e-9)
+    assert_allclose(blocked.theta, whole.theta, atol=1e-9)
+
+
+def test_aggregate_rubric_dense_and_sorted_paths_agree():
+    """Sparse unit ids (sorted path) and dense ones (bincount path) give the same
+    counts for the same placements."""
+    rng = np.random.default_rng(3)
+    unit = rng.integers(0, 50, 400)
+    answers = rng.integers(0, 2, (400, 5))
+    dense = aggregate_rubric(unit, answers)
+    sparse = aggregate_rubric(unit * 10**9, answers)
+    assert_array_equal(sparse[0], dense[0] * 10**9)
+    assert_array_equal(sparse[1], dense[1])
+    assert_array_equal(sparse[2], dense[2])
+    with pytest.raises(ValueError, match="0 or 1"):
+        aggregate_rubric(unit, answers * 2)

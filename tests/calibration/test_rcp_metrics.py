@@ -13,7 +13,20 @@ from numpy.testing import assert_allclose
 from sklearn.metrics import ndcg_score
 
 from calibration.rcp.gain import count_gain, pass_probabilities, rcp_gain
-from calibration.rcp.ndcg import count_ndcg, gain_ndcg, ndcg_dense, qrel_ndcg, rcp_ndcg
+from calibration.rcp.ndcg import (
+    PROTOCOLS,
+    Protocol,
+    Rankings,
+    count_ndcg,
+    gain_ndcg,
+    index_of,
+    ndcg_dense,
+    qrel_gain_array,
+    qrel_ndcg,
+    ranked_label_hits,
+    rcp_ndcg,
+    rows_array,
+)
 from calibration.rcp.stats import paired_t
 
 TINY = Path(__file__).resolve().parents[1] / "data/reference/tiny"
@@ -269,3 +282,109 @@ def test_gain_ndcg_ideal_covers_unretrieved_pool_docs():
     assert got == pytest.approx(
         (0.5 + 0.1 / math.log2(3)) / (0.9 + 0.5 / math.log2(3) + 0.05)
     )
+
+
+def _random_rows(rng: np.random.Generator):
+    """A random evaluation as dicts (string ids) and as flat rows (integer keys in
+    id order): pools missing for some queries, unlabelled and unpooled documents,
+    negative grades, empty rankings and many exact score ties."""
+    n_q, n_s, n_d = (
+        int(rng.integers(1, 7)),
+        int(rng.integers(1, 4)),
+        int(rng.integers(2, 25)),
+    )
+    names = [f"d{i:03d}" for i in range(n_d)]
+    pools, labels, runs = {}, {}, {}
+    rows = {"pool": [], "label": [], "run": []}
+    for q in range(n_q):
+        if rng.random() < 0.8:
+            docs = rng.choice(n_d, int(rng.integers(1, n_d + 1)), replace=False)
+            pools[f"q{q}"] = [names[d] for d in docs]
+            rows["pool"] += [(q, d) for d in docs]
+        if rng.random() < 0.85:
+            docs = rng.choice(n_d, int(rng.integers(1, n_d + 1)), replace=False)
+            grades = rng.integers(-1, 4, docs.size) / (1 if rng.random() < 0.5 else 2)
+            labels[f"q{q}"] = dict(
+                zip([names[d] for d in docs], grades.tolist(), strict=True)
+            )
+            rows["label"] += [(q, d, g) for d, g in zip(docs, grades, strict=True)]
+    for s in range(n_s):
+        runs[s] = {}
+        for q in range(n_q):
+            docs = rng.choice(n_d, int(rng.integers(0, n_d + 1)), replace=False)
+            scores = np.round(rng.normal(size=docs.size), int(rng.integers(0, 2)))
+            runs[s][f"q{q}"] = dict(
+                zip([names[d] for d in docs], scores.tolist(), strict=True)
+            )
+            rows["run"] += [(s, q, d, x) for d, x in zip(docs, scores, strict=True)]
+    return (
+        n_q,
+        n_s,
+        pools,
+        labels,
+        runs,
+        {
+            k: np.array(v, dtype=float).reshape(len(v), width)
+            for (k, v), width in zip(rows.items(), (2, 3, 4), strict=True)
+        },
+    )
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_rankings_from_rows_equal_the_dict_path(seed):
+    """Rankings (flat rows, one sort, one call per label set) give gain_ndcg's and
+    qrel_ndcg's per-query values under every protocol and tie rule."""
+    rng = np.random.default_rng(seed)
+    protocols = [*PROTOCOLS.values(), Protocol("io", "input_order", False, None)]
+    for _ in range(8):
+        n_q, n_s, pools, labels, runs, rows = _random_rows(rng)
+        lq, ld, lg = rows["label"].T
+        for proto in protocols:
+            needs_pool = proto.pool_only or proto.ties == "input_order"
+            if needs_pool and any(q not in pools for q in labels):
+                continue
+            k = int(rng.integers(1, 12))
+            pooled = bool(pools)
+            rankings = Rankings.from_rows(
+                *rows["run"].T,
+                n_systems=n_s,
+                n_queries=n_q,
+                protocol=proto,
+                pool_query=rows["pool"][:, 0] if pooled else None,
+                pool_doc=rows["pool"][:, 1] if pooled else None,
+            )
+            table = rankings.ndcg(lq, ld, lg, k=k)
+            exponential = bool(rng.random() < 0.5)
+            qg = qrel_gain_array(
+                lg, exponential=exponential, decimals=proto.qrel_decimals
+            )
+            pos = qg > 0
+            qtable = rankings.ndcg(
+                lq, ld, qg, k=k, ideal_query=lq[pos], ideal_gain=qg[pos]
+            )
+            for s in range(n_s):
+                kw = {"k": k, "protocol": proto, "pools": pools if pooled else None}
+                ref = gain_ndcg(runs[s], labels, **kw)
+                refq = qrel_ndcg(runs[s], labels, exponential=exponential, **kw)
+                for q in labels:
+                    j = int(q[1:])
+                    assert table[s, j] == pytest.approx(ref[q], abs=1e-12)
+                    if not math.isnan(refq[q]):
+                        assert qtable[s, j] == pytest.approx(refq[q], abs=1e-12)
+
+
+def test_rows_helpers():
+    """rows_array keeps ids exact; index_of maps pks to positions (table or binary
+    search); ranked_label_hits flags systems ranking no labelled document."""
+    rows = [(2**52 + 1, 3, 0.5), (7, 9, -1.25)]
+    assert_allclose(rows_array(rows, 3), np.array(rows, dtype=float))
+    assert rows_array(rows, 3)[0, 0] == 2**52 + 1
+    pks = np.array([5, 9, 12])
+    assert index_of(pks, np.array([12, 5, 9, 9])).tolist() == [2, 0, 1, 1]
+    assert index_of(pks * 10**6, np.array([12, 5]) * 10**6).tolist() == [2, 0]
+    system = np.repeat([0, 1, 2], 40)
+    query = np.tile(np.arange(40) % 4, 3)
+    doc = np.arange(120)
+    doc[-1] = 7  # system 2's last row ranks labelled doc 7 for query 3
+    hits = ranked_label_hits(system, query, doc, np.array([3, 3]), np.array([7, 3]), 4)
+    assert hits.tolist() == [True, False, True, False]
