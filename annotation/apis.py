@@ -315,3 +315,18 @@ class StudyMemberListApi(APIView):
         return Response(
             self.MemberOutput(members, many=True).data, status=status.HTTP_201_CREATED
         )
+
+
+class StudyReportApi(APIView):
+    """The study's analysis as JSON (staff only: it holds annotator flags keyed by
+    pseudonym). ``?exclude_system=NAME`` (repeatable) leaves a system's contests out."""
+
+    permission_classes = [permissions.IsAdminUser]
+
+    @extend_schema(responses=serializers.JSONField())
+    def get(self, request: Request, study_id: int) -> Response:
+        study = selectors.study_get(user=request.user, study_id=study_id)
+        report, _names = services.study_report_build(
+            study=study, exclude_systems=request.query_params.getlist("exclude_system")
+        )
+        return Response(report)

@@ -407,3 +407,55 @@ class Grade(models.Model):
         return (
             f"assignment {self.assignment_id} / doc {self.document_id} = {self.grade}"
         )
+
+
+class ReleaseStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class Release(models.Model):
+    """One numbered, immutable export of a study's anonymised grades.
+
+    Numbers count 1, 2, ... per study; the files of a done release never change (a
+    new export is a new number and a new folder). ``path`` is the release folder
+    relative to MEDIA_ROOT (a zip of it sits beside it); ``checksum`` is the SHA-256
+    of its ``manifest.json``, which holds the SHA-256 of every other file.
+    """
+
+    study = models.ForeignKey(Study, on_delete=models.PROTECT, related_name="releases")
+    number = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=10, choices=ReleaseStatus.choices, default=ReleaseStatus.PENDING
+    )
+    include_text = models.BooleanField(
+        default=False, help_text="include query and document texts"
+    )
+    checksum = models.CharField(max_length=64, blank=True)
+    path = models.CharField(max_length=500, blank=True)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["study_id", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["study", "number"], name="release_unique_number"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(number__gte=1), name="release_number_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"study {self.study_id} release {self.number}"

@@ -47,6 +47,7 @@ from .models import (
     AssignmentStatus,
     Contest,
     Grade,
+    Release,
     Rubric,
     Study,
     StudyMember,
@@ -508,3 +509,19 @@ def annotators_by_usernames(*, usernames: Sequence[str]) -> list[Any]:
             f"no annotator named {missing[0]!r}", extra={"missing": missing[:20]}
         )
     return [found[u] for u in usernames]
+
+
+# ---------------------------------------------------------------------------- releases
+
+
+def release_list(*, study: Study) -> QuerySet[Release]:
+    """A study's releases, newest first (staff pages only)."""
+    return Release.objects.filter(study=study).order_by("-number")
+
+
+def release_get(*, study: Study, number: int) -> Release:
+    """One release of a study by number; NotFoundError otherwise."""
+    release = Release.objects.filter(study=study, number=number).first()
+    if release is None:
+        raise NotFoundError(f"study {study.pk} has no release {number}")
+    return release

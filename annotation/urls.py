@@ -10,6 +10,17 @@ urlpatterns = [
     path("studies/", views.study_list, name="study-list"),
     path("studies/<int:study_id>/", views.study_detail, name="study-detail"),
     path("studies/<int:study_id>/grading", views.grading, name="grading"),
+    path("studies/<int:study_id>/report", views.study_report, name="study-report"),
+    path(
+        "studies/<int:study_id>/releases",
+        views.release_create,
+        name="release-create",
+    ),
+    path(
+        "studies/<int:study_id>/releases/<int:number>.zip",
+        views.release_download,
+        name="release-download",
+    ),
     path(
         "studies/<int:study_id>/open",
         views.study_action,
@@ -29,6 +40,11 @@ api_urlpatterns = [
     path("studies", apis.StudyListApi.as_view(), name="study-list"),
     path("studies/plan", apis.StudyPlanApi.as_view(), name="study-plan"),
     path("studies/<int:study_id>", apis.StudyDetailApi.as_view(), name="study-detail"),
+    path(
+        "studies/<int:study_id>/report",
+        apis.StudyReportApi.as_view(),
+        name="study-report",
+    ),
     path("studies/<int:study_id>/open", apis.StudyOpenApi.as_view(), name="study-open"),
     path(
         "studies/<int:study_id>/close",

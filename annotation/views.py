@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
@@ -22,7 +22,8 @@ from benchmarks.models import Dataset, System
 from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError
 
-from . import markdown, sampling, selectors, services
+from . import markdown, plots, sampling, selectors, services
+from .models import ReleaseStatus
 
 
 def _reader(request: HttpRequest) -> None:
@@ -193,10 +194,19 @@ def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
     """Monitoring: contest states, annotators, expired leases, progress chart."""
     _reader(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
+    releases = (
+        list(selectors.release_list(study=study)) if request.user.is_staff else []
+    )
+    building = (ReleaseStatus.PENDING, ReleaseStatus.RUNNING)
     return render(
         request,
         "annotation/study_detail.html",
-        {"study": study, "progress": selectors.study_progress(study=study)},
+        {
+            "study": study,
+            "progress": selectors.study_progress(study=study),
+            "releases": releases,
+            "releases_building": any(r.status in building for r in releases),
+        },
     )
 
 
@@ -213,3 +223,101 @@ def study_action(request: HttpRequest, study_id: int, action: str) -> HttpRespon
     except ApplicationError as exc:
         messages.error(request, exc.message)
     return redirect("annotation:study-detail", study_id=study.pk)
+
+
+# ---------------------------------------------------------------------------- reports
+
+
+def _flag_rows(report: dict, names: dict[str, str]) -> list[dict]:
+    return [
+        {"username": names.get(key, key), "pseudonym": key, **figures}
+        for key, figures in sorted(
+            report["annotator_flags"].items(), key=lambda kv: names.get(kv[0], kv[0])
+        )
+    ]
+
+
+@login_required
+def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
+    """The study's analysis with SVG plots (staff only: it shows annotator flags).
+    ``?exclude_system=NAME`` (repeatable) restricts it to a subset."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    systems = sorted(set(study.systems.values_list("name", flat=True)))
+    exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
+    error = None
+    report: dict = {}
+    names: dict[str, str] = {}
+    try:
+        report, names = services.study_report_build(
+            study=study, exclude_systems=exclude
+        )
+    except ApplicationError as exc:
+        error = exc.message
+    svgs = {}
+    annotators = []
+    if report:
+        annotators = _flag_rows(report, names)
+        svgs = {
+            "margin": plots.agreement_by_margin(report["hit_rates"]),
+            "reliability": plots.reliability_diagram(report["reliability_bins"]),
+            "classes": plots.verdict_classes(report["verdict_classes"]),
+            "agreement": plots.horizontal_bars(
+                "Per-annotator agreement with the panel verdict",
+                [(a["username"], a["panel_agreement"]) for a in annotators],
+                maximum=1.0,
+            ),
+            "seconds": plots.horizontal_bars(
+                "Median seconds per document",
+                [(a["username"], a["median_seconds"]) for a in annotators],
+                fmt="{:.1f} s",
+            ),
+        }
+        svgs = {k: mark_safe(v) for k, v in svgs.items()}  # noqa: S308 - escaped in plots
+    return render(
+        request,
+        "annotation/study_report.html",
+        {
+            "study": study,
+            "report": report,
+            "error": error,
+            "svgs": svgs,
+            "annotators": annotators,
+            "systems": systems,
+            "excluded": exclude,
+        },
+    )
+
+
+@login_required
+@require_POST
+def release_create(request: HttpRequest, study_id: int) -> HttpResponse:
+    """Queue the next numbered release of a study (built by a worker)."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    try:
+        release = services.release_request(
+            study=study,
+            include_text=bool(request.POST.get("include_text")),
+            created_by=request.user,
+        )
+        messages.success(request, f"Release {release.number} is being built.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)
+
+
+@login_required
+def release_download(request: HttpRequest, study_id: int, number: int) -> HttpResponse:
+    """The zip of a finished release."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    release = selectors.release_get(study=study, number=number)
+    archive = services.release_folder(release=release).with_suffix(".zip")
+    if release.status != ReleaseStatus.DONE or not archive.is_file():
+        raise Http404("this release is not ready")
+    return FileResponse(
+        archive.open("rb"),
+        as_attachment=True,
+        filename=f"study-{study.pk}-release-{number}.zip",
+    )

@@ -1,4 +1,5 @@
-"""Writes of the annotation app, by subject: ``annotators``, ``studies`` and
+"""Writes of the annotation app, by subject: ``annotators``, ``studies``,
+``reports``/``releases`` (study analysis and anonymised exports) and
 ``assignment`` (the algorithm of ASSIGNMENT.md: ``assignment_next``,
 ``assignment_draft_save`` and ``assignment_submit`` are its only entry points).
 """
@@ -19,6 +20,17 @@ from .assignment import (
     assignment_next,
     assignment_submit,
     grade_of,
+)
+from .releases import (
+    release_build,
+    release_export,
+    release_folder,
+    release_request,
+)
+from .reports import (
+    annotator_hash,
+    release_report,
+    study_report_build,
 )
 from .studies import (
     DEFAULT_INSTRUCTIONS,
@@ -44,15 +56,22 @@ __all__ = [
     "annotator_create",
     "annotator_deactivate",
     "annotator_group_ensure",
+    "annotator_hash",
     "annotators_import",
     "assignment_draft_save",
     "assignment_next",
     "assignment_submit",
     "grade_of",
+    "release_build",
+    "release_export",
+    "release_folder",
+    "release_report",
+    "release_request",
     "rubric_create",
     "study_close",
     "study_create",
     "study_member_add",
     "study_open",
     "study_plan",
+    "study_report_build",
 ]

@@ -59,3 +59,48 @@ def members(study, annotator):
     for user in users:
         study_member_add(study=study, annotator=user)
     return users
+
+
+SECRET_COMMENT = "zebra-quartz-7731 my private note"
+
+
+@pytest.fixture
+def release_settings(settings, tmp_path):
+    """Releases go to a temporary MEDIA_ROOT, hashed with a test key."""
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+    settings.RELEASE_HASH_KEY = "test-release-key"
+    return settings
+
+
+@pytest.fixture
+def simulated_study(db, admin_user, release_settings):
+    """A study graded to the end through the real services: annotators grade from a
+    hidden truth with noise, gains track the truth, qrels are sparse and noisy. One
+    annotator types ``SECRET_COMMENT`` on every document."""
+    from annotation.services import study_close, study_create, study_member_add
+    from tests.annotation.factories import build_truth_world, simulate_grading
+
+    tw = build_truth_world(seed=4)
+    study = study_create(
+        name="Simulated",
+        datasets=[tw.world.dataset],
+        systems=tw.world.systems,
+        n_contests=30,
+        seed=2,
+        open_now=True,
+        created_by=admin_user,
+    )
+    users = AnnotatorFactory.create_batch(5)
+    for user in users:
+        study_member_add(study=study, annotator=user)
+    simulate_grading(
+        study=study,
+        annotators=users[:1],
+        truth=tw.truth,
+        seed=1,
+        comment=SECRET_COMMENT,
+    )
+    simulate_grading(study=study, annotators=users[1:], truth=tw.truth, seed=2)
+    study_close(study=study)
+    study.refresh_from_db()
+    return study, users

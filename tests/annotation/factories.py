@@ -161,3 +161,123 @@ def full_grades(payload: dict, rng: np.random.Generator | None = None) -> dict:
         }
         for doc in payload["documents"]
     }
+
+
+# ---------------------------------------------------------------------------- simulation
+
+
+@dataclass
+class TruthWorld:
+    """A world whose documents have a hidden true usefulness (``truth[doc pk]``)."""
+
+    world: World
+    truth: dict[int, float]
+
+
+def build_truth_world(
+    *, n_queries: int = 12, pool: int = 12, n_systems: int = 4, seed: int = 0
+) -> TruthWorld:
+    """Gains track the hidden truth (small noise); qrels are sparse (about a third
+    of the pool judged) and noisy; systems rank by truth plus noise."""
+    rng = np.random.default_rng(seed)
+    dataset = DatasetFactory(name=f"truth-{seed}-{rng.integers(1e9)}")
+    queries = Query.objects.bulk_create(
+        Query(dataset=dataset, external_id=f"tq{i}", text=f"What about subject {i}?")
+        for i in range(n_queries)
+    )
+    docs = Document.objects.bulk_create(
+        Document(
+            dataset=dataset,
+            external_id=f"tq{i}-d{j}",
+            title=f"Note {j} on subject {i}",
+            text=f"Text of note {j} about subject {i}.",
+        )
+        for i in range(n_queries)
+        for j in range(pool)
+    )
+    systems = System.objects.bulk_create(
+        System(dataset=dataset, name=SYSTEM_NAMES[s]) for s in range(n_systems)
+    )
+    fit = CalibrationFitFactory(datasets=[dataset])
+    truth: dict[int, float] = {}
+    pools, qrels, abilities, rankings = [], [], [], []
+    for i, query in enumerate(queries):
+        qdocs = docs[i * pool : (i + 1) * pool]
+        t = rng.normal(size=pool)
+        judged = rng.random(pool) < 0.35
+        best = int(np.argmax(t + rng.normal(scale=1.0, size=pool)))
+        judged[best] = True
+        noisy = np.clip(np.round(t + rng.normal(scale=1.0, size=pool)), 0, 2)
+        noisy[best] = max(noisy[best], 1.0)
+        for r, (doc, tj) in enumerate(zip(qdocs, t, strict=True), 1):
+            truth[doc.pk] = float(tj)
+            pools.append(PoolEntry(query=query, document=doc, rank=r))
+            bt = float(tj + rng.normal(scale=0.6))
+            abilities.append(
+                DocumentAbility(
+                    fit=fit,
+                    query=query,
+                    document=doc,
+                    theta_bt=bt,
+                    theta=2 * bt,
+                    gain=float(1 / (1 + np.exp(-2 * bt))),
+                )
+            )
+            if judged[r - 1]:
+                qrels.append(Qrel(query=query, document=doc, grade=float(noisy[r - 1])))
+        for system in systems:
+            scores = t * rng.uniform(0.3, 1.5) + rng.normal(size=pool)
+            for rank, j in enumerate(np.argsort(-scores), 1):
+                rankings.append(
+                    RankingEntry(
+                        system=system,
+                        query=query,
+                        document=qdocs[j],
+                        rank=rank,
+                        score=float(scores[j]),
+                    )
+                )
+    PoolEntry.objects.bulk_create(pools)
+    Qrel.objects.bulk_create(qrels)
+    DocumentAbility.objects.bulk_create(abilities)
+    RankingEntry.objects.bulk_create(rankings)
+    return TruthWorld(World(dataset=dataset, systems=list(systems), fit=fit), truth)
+
+
+def simulate_grading(
+    *,
+    study,
+    annotators,
+    truth: dict[int, float],
+    seed: int = 0,
+    noise: float = 0.8,
+    comment: str | None = None,
+) -> int:
+    """Every annotator grades through the real services until no contest is left:
+    grade = round(1.5 truth + 1.5 + noise) in 0..5, answered as "yes" up to it.
+    Returns the number of submitted assignments."""
+    from annotation.services import assignment_next, assignment_submit
+
+    rng = np.random.default_rng(seed)
+    keys = [q["key"] for q in study.rubrics.order_by("-version").first().questions]
+    done, active = 0, True
+    while active:
+        active = False
+        for user in annotators:
+            assignment = assignment_next(study=study, annotator=user)
+            if assignment is None:
+                continue
+            active = True
+            grades = {}
+            for item in assignment.documents:
+                value = 1.5 * truth[item["document"]] + 1.5 + rng.normal(scale=noise)
+                level = int(np.clip(np.round(value), 0, len(keys)))
+                grades[item["key"]] = {
+                    "answers": {k: i < level for i, k in enumerate(keys)},
+                    "order": None,
+                    "comment": comment,
+                    "seconds": float(rng.uniform(4, 40)),
+                }
+            assignment_submit(assignment=assignment, grades=grades)
+            done += 1
+    return done

@@ -43,6 +43,8 @@ MATRIX = [
     row("post", "/api/v1/studies/{study}/open", None, 403, 403, 403, 403, 403, 200),
     row("get", "/api/v1/studies/{study}/annotators", None, 403, 403, 403, 403, 200, 200),
     row("post", "/api/v1/studies/{study}/annotators", "members", 403, 403, 403, 403, 403, 201),
+    # reports and releases: staff only (they carry annotator flags)
+    row("get", "/api/v1/studies/{study}/report", None, 403, 403, 403, 403, 403, 200),
     # HTML pages
     row("get", "/annotation/", None, LOGIN, 403, 200, 200, 302, 302),
     row("get", "/annotation/studies/{study}/grading", None, LOGIN, 403, 200, 200, 403, 404),
@@ -51,6 +53,9 @@ MATRIX = [
     row("get", "/annotation/studies/{study}/", None, LOGIN, 403, 403, 403, 200, 200),
     row("post", "/annotation/studies/{study}/close", None, LOGIN, 403, 403, 403, 403, 302),
     row("post", "/annotation/studies/{study}/open", None, LOGIN, 403, 403, 403, 403, 302),
+    row("get", "/annotation/studies/{study}/report", None, LOGIN, 403, 403, 403, 403, 200),
+    row("post", "/annotation/studies/{study}/releases", None, LOGIN, 403, 403, 403, 403, 302),
+    row("get", "/annotation/studies/{study}/releases/1.zip", None, LOGIN, 403, 403, 403, 403, 404),
     # Django admin: annotators and reviewers are not staff
     row("get", "/admin/annotation/annotator/", None, LOGIN, LOGIN, LOGIN, LOGIN, LOGIN, 200),
     row("get", "/admin/annotation/annotator/import/", None, LOGIN, LOGIN, LOGIN, LOGIN, LOGIN, 200),

@@ -1,0 +1,192 @@
+"""Releases: export -> verify -> report round trip, no personal data, stable
+hashes, immutability, tamper detection, refusal without RELEASE_HASH_KEY."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from annotation import release_format
+from annotation.models import Release, ReleaseStatus
+from annotation.services import (
+    annotator_hash,
+    release_build,
+    release_folder,
+    release_request,
+    study_report_build,
+)
+from tests.annotation.conftest import SECRET_COMMENT
+
+pytestmark = pytest.mark.django_db
+
+
+def _export(study, out: Path, *extra: str) -> Path:
+    call_command("export_release", "--study", str(study.pk), "--out", str(out), *extra)
+    return out
+
+
+def _json(capsys, *args: str) -> dict:
+    capsys.readouterr()
+    call_command(*args)
+    return json.loads(capsys.readouterr().out)
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.iterdir())
+    }
+
+
+def test_release_round_trip_gives_identical_report(simulated_study, tmp_path, capsys):
+    """export_release -> verify_release -> study_report --release equals the report
+    computed from the database, number for number (also for a subset)."""
+    study, _users = simulated_study
+    out = _export(study, tmp_path / "r1")
+    assert {p.name for p in out.iterdir()} == {
+        *release_format.DATA_FILES,
+        "README.md",
+        "manifest.json",
+    }
+    call_command("verify_release", str(out))
+    assert "OK: study" in capsys.readouterr().out
+    from_db = _json(capsys, "study_report", "--study", str(study.pk), "--json")
+    from_release = _json(capsys, "study_report", "--release", str(out), "--json")
+    assert from_release == from_db
+    assert from_db["main"]["rate"] > from_db["main"]["chance"]
+    assert from_db["main"]["ci"][0] > from_db["main"]["chance"]
+    system = study.systems.order_by("name").first().name
+    sub_db = _json(
+        capsys, "study_report", "--study", str(study.pk), "--json",
+        "--exclude-system", system,
+    )  # fmt: skip
+    sub_rel = _json(
+        capsys, "study_report", "--release", str(out), "--json",
+        "--exclude-system", system,
+    )  # fmt: skip
+    assert sub_db == sub_rel
+    assert sub_db["contests"] < from_db["contests"]
+    assert sub_db["subset"] == {"exclude_systems": [system]}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["release"] == 1 and manifest["counts"]["contests"] == 30
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d", manifest["created"])
+    readme = (out / "README.md").read_text()
+    assert "Does it directly answer the query?" in readme  # rubric question texts
+    assert "| `annotator` |" in readme  # field descriptions
+
+
+def test_release_holds_no_personal_data(simulated_study, tmp_path):
+    """No username, e-mail, name, comment text or time of day in any released file,
+    even with texts included; annotators appear only as 16-hex HMAC hashes."""
+    study, users = simulated_study
+    out = _export(study, tmp_path / "r", "--include-text")
+    blob = "\n".join(p.read_text(encoding="utf-8") for p in sorted(out.iterdir()))
+    assert "Text of note" in blob  # --include-text did include document texts
+    for user in users:
+        assert user.username not in blob
+        if user.email:
+            assert user.email not in blob
+    assert "alice" not in blob  # the admin who created the study
+    assert SECRET_COMMENT not in blob and "zebra-quartz" not in blob
+    assert not re.search(r"@\w+\.\w+", blob)
+    assert not re.search(r"\d\d:\d\d:\d\d", blob)  # no time of day anywhere
+    assert not re.search(r"\b127\.0\.0\.1\b|\b\d{1,3}(\.\d{1,3}){3}\b", blob)
+    hashes = {r["annotator"] for r in release_format.read(out)[1]["grades"]}
+    assert len(hashes) == len(users)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in hashes)
+    expected = {
+        annotator_hash(study_id=study.pk, annotator_id=u.pk, key="test-release-key")
+        for u in users
+    }
+    assert hashes == expected
+    header = next(csv.reader((out / "grades.csv").open()))
+    assert "comment" not in header and "username" not in header
+
+
+def test_hashes_stable_across_releases_and_differ_across_studies(
+    simulated_study, make_study, tmp_path
+):
+    study, users = simulated_study
+    first = release_format.read(_export(study, tmp_path / "a"))[1]
+    second = release_format.read(_export(study, tmp_path / "b"))[1]
+    assert [r["annotator"] for r in first["grades"]] == [
+        r["annotator"] for r in second["grades"]
+    ]
+    other = make_study(name="Other study")
+    assert annotator_hash(
+        study_id=study.pk, annotator_id=users[0].pk, key="k"
+    ) != annotator_hash(study_id=other.pk, annotator_id=users[0].pk, key="k")
+
+
+def test_releases_are_numbered_and_immutable(simulated_study):
+    """Release 2 is a new folder; release 1's files are byte for byte unchanged, and
+    a release folder that exists is never written over."""
+    study, _users = simulated_study
+    one = release_build(release_id=release_request(study=study, queue=False).pk)
+    before = _digests(release_folder(release=one))
+    two = release_build(release_id=release_request(study=study, queue=False).pk)
+    assert (one.number, two.number) == (1, 2)
+    assert one.status == two.status == ReleaseStatus.DONE
+    assert release_folder(release=one) != release_folder(release=two)
+    assert _digests(release_folder(release=one)) == before
+    assert release_folder(release=two).with_suffix(".zip").is_file()
+    manifest_one = release_folder(release=one) / "manifest.json"
+    assert hashlib.sha256(manifest_one.read_bytes()).hexdigest() == one.checksum
+    # running the build again does nothing (compare-and-set claim)
+    assert release_build(release_id=one.pk) is None
+    assert _digests(release_folder(release=one)) == before
+    # a stale folder in the way fails the new release instead of overwriting it
+    three = release_request(study=study, queue=False)
+    release_folder(release=three).mkdir(parents=True)
+    with pytest.raises(Exception, match="immutable"):
+        release_build(release_id=three.pk)
+    three.refresh_from_db()
+    assert three.status == ReleaseStatus.FAILED and "immutable" in three.error
+
+
+def test_verify_release_catches_tampering(simulated_study, tmp_path, capsys):
+    study, _users = simulated_study
+    out = _export(study, tmp_path / "r")
+    grades = out / "grades.jsonl"
+    lines = grades.read_text().splitlines()
+    row = json.loads(lines[2])
+    row["grade"] = "5"
+    lines[2] = json.dumps(row)
+    grades.write_text("\n".join(lines) + "\n")
+    with pytest.raises(CommandError, match="problem"):
+        call_command("verify_release", str(out))
+    err = capsys.readouterr().err
+    assert "grades.jsonl: SHA-256 differs" in err
+    assert "grades.jsonl line 3: field 'grade' expected int, got str" in err
+    with pytest.raises(CommandError, match="invalid release"):
+        call_command("study_report", "--release", str(out), "--json")
+    (out / "extra.txt").write_text("x")
+    (out / "reviews.csv").unlink()
+    _m, _t, errors = release_format.verify(out)
+    assert "extra.txt: not listed in the manifest" in errors
+    assert "reviews.csv: missing" in errors
+
+
+def test_export_refused_without_hash_key(simulated_study, settings, tmp_path):
+    study, _users = simulated_study
+    settings.RELEASE_HASH_KEY = ""
+    with pytest.raises(CommandError, match="RELEASE_HASH_KEY"):
+        _export(study, tmp_path / "r")
+    assert not Release.objects.exists()
+    assert not (tmp_path / "r").exists()
+
+
+def test_db_report_flags_keyed_by_hash_not_username(simulated_study):
+    """The report names annotators by hash; only the staff map resolves usernames."""
+    study, users = simulated_study
+    report, names = study_report_build(study=study)
+    assert set(report["annotator_flags"]) == set(names)
+    assert sorted(names.values()) == sorted(u.username for u in users)
+    assert not any(u.username in json.dumps(report) for u in users)
