@@ -195,13 +195,19 @@ class JobRunner:
             max_workers=self.judge.concurrency, thread_name_prefix="judge-call"
         )
         # Enough query loops to keep every call slot busy while some wait on refits.
-        query_threads = max(1, min(len(work), self.judge.concurrency))
+        # The two stages of a query are independent (Stage B never reads Stage A), so
+        # each (query, stage) is its own loop: twice the windows ready at any moment.
+        tasks = [(q, stage) for q in work for stage in stages]
+        query_threads = max(1, min(len(tasks), self.judge.concurrency))
         error = ""
         try:
             with ThreadPoolExecutor(
                 max_workers=query_threads, thread_name_prefix="judge-query"
             ) as pool:
-                futures = [pool.submit(self._run_query, q, stages, calls) for q in work]
+                futures = [
+                    pool.submit(self._run_query, q, [stage], calls)
+                    for q, stage in tasks
+                ]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 for future in done:
                     exc = future.exception()
