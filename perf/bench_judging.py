@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--docs", type=int, default=150)
     parser.add_argument(
-        "--processes", type=int, default=2, help="runner processes (JUDGING_PROCESSES)"
+        "--processes", type=int, default=3, help="runner processes (JUDGING_PROCESSES)"
     )
     parser.add_argument(
         "--no-peer", action="store_true", help="skip the bare-client peer"

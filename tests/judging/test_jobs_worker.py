@@ -39,6 +39,7 @@ def stack(tmp_path):
         "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
         "JUDGE_LIMITER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
         "JUDGING_HEARTBEAT_STALE_S": "3",
+        "JUDGING_PROCESSES": "2",  # the job shares its queries with a helper process
         "RCP_VAR_DIR": str(tmp_path / "var"),
         "DEBUG": "true",
     }
