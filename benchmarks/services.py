@@ -420,11 +420,16 @@ def run_import(
                 f"system {system_name!r} already exists in dataset {dataset.name!r}; "
                 "pass --replace to replace it"
             )
+        # Keep the System row (studies and fits point at it); only its rankings go.
         RankingEntry.objects.filter(system=old).delete()
-        old.delete()
-    system = System(dataset=dataset, name=system_name, description=description)
-    system.full_clean()
-    system.save()
+        old.description = description or old.description
+        old.save(update_fields=["description"])
+    if old is not None:
+        system = old
+    else:
+        system = System(dataset=dataset, name=system_name, description=description)
+        system.full_clean()
+        system.save()
     ids = _Ids(dataset)
     try:
         records = _ranked_records(path, None)
@@ -472,6 +477,20 @@ def dataset_delete(*, dataset: Dataset) -> None:
     removed without loading its rows; tables that other apps point at fall back to
     the cascading collector, so their dependents are never orphaned.
     """
+    try:
+        _delete_dataset_rows(dataset)
+    except models.ProtectedError as exc:
+        users = sorted({f"{o._meta.verbose_name} {o}" for o in exc.protected_objects})[
+            :3
+        ]
+        raise ConflictError(
+            f"dataset {dataset.name!r} is used by {', '.join(users)}"
+            f"{' and more' if len(exc.protected_objects) > 3 else ''}; "
+            "it cannot be deleted or replaced (import under a new name instead)"
+        ) from None
+
+
+def _delete_dataset_rows(dataset: Dataset) -> None:
     cleared: set[type[models.Model]] = set()
     for qs in (
         RankingEntry.objects.filter(system__dataset=dataset),
