@@ -306,11 +306,18 @@ def _import_qrels(dataset: Dataset, ids: _Ids, path: Path, progress: ProgressFn)
     )
 
 
-def _import_pools(dataset: Dataset, ids: _Ids, path: Path, progress: ProgressFn) -> int:
+def _import_pools(
+    dataset: Dataset,
+    ids: _Ids,
+    path: Path,
+    progress: ProgressFn,
+    records: Iterator | None = None,
+) -> int:
+    """Pool entries from a pools file, or from ``records`` (a run's top ranks)."""
     return _import_pairs(
         dataset=dataset,
         ids=ids,
-        records=formats.iter_pools(path),
+        records=formats.iter_pools(path) if records is None else records,
         path=path,
         model=PoolEntry,
         build=lambda r, q, d: PoolEntry(query_id=q, document_id=d, rank=r.rank),
@@ -380,17 +387,7 @@ def dataset_import(
             _import_pools(dataset, ids, Path(pools), progress)
         if pool_from_run:
             path = Path(pool_from_run)
-            _import_pairs(
-                dataset=dataset,
-                ids=ids,
-                records=_ranked_records(path, depth),
-                path=path,
-                model=PoolEntry,
-                build=lambda r, q, d: PoolEntry(query_id=q, document_id=d, rank=r.rank),
-                what="pool entry for query / document",
-                stage="pools",
-                progress=progress,
-            )
+            _import_pools(dataset, ids, path, progress, _ranked_records(path, depth))
     except FormatError as exc:
         raise _fail(exc.path, exc.line, exc.message) from exc
     return dataset
@@ -424,7 +421,6 @@ def run_import(
         RankingEntry.objects.filter(system=old).delete()
         old.description = description or old.description
         old.save(update_fields=["description"])
-    if old is not None:
         system = old
     else:
         system = System(dataset=dataset, name=system_name, description=description)

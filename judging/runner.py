@@ -115,6 +115,7 @@ class JobRunner:
         # (``judge_shard``) for the other shards; ``shard`` marks such a helper.
         self.processes = max(1, processes)
         self.shard = shard
+        self.helpers: list[subprocess.Popen] = []
         self.judge = job.judge
         self.tournament, self.rubric = services.job_schedules(job.params)
         self.poll_s = poll_s
@@ -179,7 +180,7 @@ class JobRunner:
             if self.shard is None
             else []
         )
-        queries = services._job_queries(self.job.dataset, self.job.query_ids)[
+        queries = services.job_queries(self.job.dataset, self.job.query_ids)[
             index::total
         ]
         pools = services.query_pools(queries)
@@ -415,9 +416,7 @@ class JobRunner:
         try:
             while not self.stop.wait(HEARTBEAT_S):
                 self._flush_counts()
-                failed = [
-                    h for h in getattr(self, "helpers", []) if h.poll() not in (None, 0)
-                ]
+                failed = [h for h in self.helpers if h.poll() not in (None, 0)]
                 if failed:
                     self.stop_reason = ""
                     self.stop.set()

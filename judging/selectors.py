@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import NotFoundError
 
 from .models import InvalidCategory, Judge, JudgingJob, JudgmentWindow, WindowStatus
-from .services import job_schedules, job_stage_list, planned_calls
+from .services import document_text, job_schedules, job_stage_list, planned_calls
 
 
 def judge_list(*, user: Any) -> QuerySet[Judge]:
@@ -158,12 +158,6 @@ def family_windows(
     return qs.select_related("query").order_by("family", "query_id", "stage", "seq")
 
 
-def job_token_totals(*, job: JudgingJob) -> dict[str, int]:
-    return JudgmentWindow.objects.filter(job=job).aggregate(
-        input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens")
-    )
-
-
 def window_prompt(*, window: JudgmentWindow) -> dict[str, str]:
     """The prompt a window was asked with, rendered again from its documents, and
     whether it still hashes to the stored ``prompt_sha256`` (False: texts changed)."""
@@ -174,10 +168,7 @@ def window_prompt(*, window: JudgmentWindow) -> dict[str, str]:
     rows = Document.objects.filter(
         dataset_id=window.query.dataset_id, external_id__in=window.doc_ids
     ).values_list("external_id", "title", "text")
-    # Same composition as the runner (judging.services.query_pools): title, newline, text.
-    by_id = {
-        d: f"{title}\n{text}".strip() if title else text for d, title, text in rows
-    }
+    by_id = {d: document_text(title, text) for d, title, text in rows}
     texts = [by_id.get(d, "") for d in window.doc_ids]
     budget = (
         prompts.TextBudget(window.judge.context_tokens, window.judge.max_output_tokens)

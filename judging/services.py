@@ -143,7 +143,8 @@ def planned_calls(
     return {Phase.RANDOM: n_random, Phase.STRATIFIED: n_stratified}
 
 
-def _job_queries(dataset: Dataset, query_ids: list[str] | None) -> list[Query]:
+def job_queries(dataset: Dataset, query_ids: list[str] | None) -> list[Query]:
+    """A job's queries: the named ones in the given order, else all by id."""
     queries = Query.objects.filter(dataset=dataset).order_by("id")
     if query_ids:
         found = {q.external_id: q for q in queries.filter(external_id__in=query_ids)}
@@ -189,8 +190,8 @@ def job_estimate(
     wall time uses the judge's measured median latency when it has answered before.
     """
     tournament, rubric = job_schedules(params or {})
-    queries = _job_queries(dataset, query_ids)
-    pools = _pools(queries)
+    queries = job_queries(dataset, query_ids)
+    pools = query_pools(queries)
     calls_by_stage = {s: 0 for s in job_stage_list(stages)}
     input_tokens = output_tokens = 0
     for query in queries:
@@ -241,13 +242,12 @@ def job_estimate(
     )
 
 
-@dataclass(frozen=True)
-class QueryPool:
-    doc_ids: list[str]
-    texts: dict[str, str]
+def document_text(title: str, text: str) -> str:
+    """What a judge reads of a document: its title on a line of its own, then the text."""
+    return f"{title}\n{text}".strip() if title else text
 
 
-def _pools(queries: list[Query]) -> dict[int, tuple[list[str], dict[str, str]]]:
+def query_pools(queries: list[Query]) -> dict[int, tuple[list[str], dict[str, str]]]:
     """Each query's pool in pool-rank order: (external doc ids, id -> title + text)."""
     out: dict[int, tuple[list[str], dict[str, str]]] = {q.pk: ([], {}) for q in queries}
     rows = (
@@ -260,13 +260,8 @@ def _pools(queries: list[Query]) -> dict[int, tuple[list[str], dict[str, str]]]:
     for query_id, doc, title, text in rows.iterator(chunk_size=5000):
         ids, texts = out[query_id]
         ids.append(doc)
-        texts[doc] = f"{title}\n{text}".strip() if title else text
+        texts[doc] = document_text(title, text)
     return out
-
-
-def query_pools(queries: list[Query]) -> dict[int, tuple[list[str], dict[str, str]]]:
-    """Public form of :func:`_pools` for the runner."""
-    return _pools(queries)
 
 
 # ----------------------------------------------------------------------------- jobs
@@ -292,7 +287,7 @@ def job_create(
     if stages not in JobStages.values:
         raise ApplicationError(f"stages must be one of {', '.join(JobStages.values)}")
     job_schedules(params or {})
-    queries = _job_queries(dataset, query_ids)
+    queries = job_queries(dataset, query_ids)
     if not PoolEntry.objects.filter(query__in=queries).exists():
         raise ApplicationError(
             f"dataset {dataset.name!r} has no pools to judge; import pools first"

@@ -14,12 +14,12 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(environ.Env().str("RCP_VAR_DIR", default=str(BASE_DIR / "var")))
-
 env = environ.Env()
 env_file = BASE_DIR / ".env"
 if env_file.exists():
     environ.Env.read_env(env_file)
+# Runtime files (SQLite database, embedded broker folders, lock files, media).
+VAR_DIR = Path(env.str("RCP_VAR_DIR", default=str(BASE_DIR / "var")))
 
 # ---------------------------------------------------------------------------- CORE
 DEBUG = env.bool("DEBUG", default=True)
