@@ -38,7 +38,7 @@ from benchmarks.models import (
     System,
 )
 from calibration.models import CalibrationFit, DocumentAbility, FitStatus
-from calibration.rcp.ndcg import PROTOCOLS, qrel_ndcg, rcp_ndcg
+from rcp.ndcg import PROTOCOLS, qrel_ndcg, rcp_ndcg
 from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import NotFoundError
 

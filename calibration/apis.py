@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from benchmarks.selectors import dataset_get
-from calibration.rcp.ndcg import PROTOCOLS
+from rcp.ndcg import PROTOCOLS
 from rcp_platform.exceptions import ApplicationError
 
 from . import selectors, services

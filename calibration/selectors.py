@@ -1,7 +1,7 @@
 """Reads of the calibration app: fits, abilities and the leaderboard.
 
 Access rules live here (``can_read_benchmarks``). The leaderboard reads gains, qrels,
-pools and rankings with ``values_list`` and hands arrays to ``calibration.rcp``.
+pools and rankings with ``values_list`` and hands arrays to ``rcp``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from benchmarks.models import (
     RankingEntry,
     System,
 )
-from calibration.rcp import stats as rcp_stats
-from calibration.rcp.ndcg import (
+from rcp import stats as rcp_stats
+from rcp.ndcg import (
     PROTOCOLS,
     Rankings,
     index_of,

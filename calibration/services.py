@@ -1,6 +1,6 @@
 """Writes of the calibration app: fits from judgment windows, imported gains, exports.
 
-Rows become arrays here (``values_list``), ``calibration.rcp`` does the math, and the
+Rows become arrays here (``values_list``), ``rcp`` does the math, and the
 results go back as bulk rows. A fit is written in one transaction: a failed fit leaves
 nothing behind but its own ``failed`` status row (Celery path).
 See CALIBRATION.md beside this module for the data flow.
@@ -26,11 +26,11 @@ from django.utils import timezone
 from threadpoolctl import threadpool_limits
 
 from benchmarks.models import Dataset, Document, PoolEntry, Qrel, Query
-from calibration.rcp import diagnostics as rcp_diagnostics
-from calibration.rcp.bt import fit_bt, ragged_window_pairs
-from calibration.rcp.gain import count_gain, pass_probabilities, rcp_gain
-from calibration.rcp.irt import aggregate_rubric, fit_calibration
 from judging.models import JudgmentWindow, Phase, Stage, WindowStatus
+from rcp import diagnostics as rcp_diagnostics
+from rcp.bt import fit_bt, ragged_window_pairs
+from rcp.gain import count_gain, pass_probabilities, rcp_gain
+from rcp.irt import aggregate_rubric, fit_calibration
 from rcp_platform.exceptions import ApplicationError
 
 from .models import (

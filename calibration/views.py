@@ -13,7 +13,7 @@ from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from benchmarks.selectors import dataset_get, dataset_list
-from calibration.rcp.ndcg import PROTOCOLS
+from rcp.ndcg import PROTOCOLS
 from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError
 

@@ -416,7 +416,7 @@ def bt_abilities(
     doc_ids: Sequence[str], judged: Sequence[TournamentAnswer]
 ) -> dict[str, float]:
     """Cold-start BT abilities (mean zero) over the valid windows of ``judged``."""
-    from calibration.rcp.bt import fit_bt, window_pairs
+    from rcp.bt import fit_bt, window_pairs
 
     index = {d: i for i, d in enumerate(doc_ids)}
     parts = [

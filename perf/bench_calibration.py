@@ -64,8 +64,8 @@ def suite_fit(
     from scipy.special import expit
     from threadpoolctl import threadpool_limits
 
-    from calibration.rcp.bt import fit_bt, ragged_window_pairs
-    from calibration.rcp.irt import aggregate_rubric, fit_rubric_only, fit_tournament
+    from rcp.bt import fit_bt, ragged_window_pairs
+    from rcp.irt import aggregate_rubric, fit_rubric_only, fit_tournament
 
     rng = np.random.default_rng(0)
     t0 = time.perf_counter()
@@ -149,7 +149,7 @@ def suite_fit(
 
 
 def _metric_data(n_systems: int, n_queries: int, depth: int = 100, pool: int = 150):
-    from calibration.rcp.gain import rcp_gain
+    from rcp.gain import rcp_gain
 
     rng = np.random.default_rng(1)
     truth = rng.normal(0, 1.2, (n_queries, pool))
@@ -216,7 +216,7 @@ def leaderboard_path(db: dict, k: int = 10) -> dict[str, np.ndarray]:
     """What ``selectors._dataset_scores`` does with the rows it reads (protocol
     plain): rows -> arrays, pks -> indices, the no-match check, one sort of every
     ranking, then RCP-nDCG and qrel-nDCG of all systems x queries at once."""
-    from calibration.rcp.ndcg import (
+    from rcp.ndcg import (
         Rankings,
         index_of,
         qrel_gain_array,
@@ -266,7 +266,7 @@ def leaderboard_path(db: dict, k: int = 10) -> dict[str, np.ndarray]:
 
 
 def metrics(n_systems: int, n_queries: int) -> dict:
-    from calibration.rcp.ndcg import qrel_ndcg, rcp_ndcg
+    from rcp.ndcg import qrel_ndcg, rcp_ndcg
 
     gains, qrels, runs = _metric_data(n_systems, n_queries)
     db = _database_rows(gains, qrels, runs)
@@ -295,7 +295,7 @@ def metrics(n_systems: int, n_queries: int) -> dict:
     )
     # The dense core alone: the (systems x queries, depth) matrices a caller holding
     # arrays passes to ndcg_dense in one call.
-    from calibration.rcp.ndcg import ndcg_dense, qrel_gains
+    from rcp.ndcg import ndcg_dense, qrel_gains
 
     qids = sorted(qrels)
     scores, grades, ideal = [], [], []

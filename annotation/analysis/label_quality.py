@@ -96,7 +96,7 @@ def ece(
     """ECE = sum over equal-width bins of (count / N) |observed - mean predicted|.
 
     Bin b = min(floor(p * bins), bins - 1), i.e. [lo, hi) with the last bin closed,
-    as in calibration.rcp.diagnostics. Predictions must lie in [0, 1].
+    as in rcp.diagnostics. Predictions must lie in [0, 1].
     """
     p = np.asarray(predicted, dtype=np.float64)
     y = np.asarray(outcomes, dtype=np.float64)

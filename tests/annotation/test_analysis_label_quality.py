@@ -75,7 +75,7 @@ def test_ece_hand_computed():
 
 
 def test_ece_bins_are_left_closed():
-    """p = 0.2 falls in [0.2, 0.3) (bin 2), as in calibration.rcp.diagnostics."""
+    """p = 0.2 falls in [0.2, 0.3) (bin 2), as in rcp.diagnostics."""
     cal = ece([0.2], [1])
     assert cal.bins[2]["count"] == 1
     assert cal.ece == pytest.approx(0.8)

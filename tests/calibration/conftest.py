@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.services import dataset_import, run_import
-from calibration.rcp.gain import rcp_gain
+from rcp.gain import rcp_gain
 from tests.conftest import DEMO_TINY
 
 
@@ -29,7 +29,7 @@ def tiny():
 
 
 def write_released_gains(path: Path, *, theta: bool = True) -> Path:
-    """The released tiny items and thetas as a gains TSV, via calibration.rcp.gain."""
+    """The released tiny items and thetas as a gains TSV, via rcp.gain."""
     released = json.loads((DEMO_TINY / "released.json").read_text())
     gamma, beta = released["items"]["gamma"], released["items"]["beta"]
     lines = ["query_id\tdoc_id\tgain" + ("\ttheta" if theta else "")]

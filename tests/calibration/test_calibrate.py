@@ -21,11 +21,11 @@ from calibration.models import (
     FitStatus,
     QueryCalibration,
 )
-from calibration.rcp.gain import rcp_gain
-from calibration.rcp.ndcg import rcp_ndcg
 from calibration.selectors import leaderboard_compute
 from calibration.services import calibration_fit, calibration_fit_request
 from judging.models import JudgmentWindow, Stage, WindowStatus
+from rcp.gain import rcp_gain
+from rcp.ndcg import rcp_ndcg
 from rcp_platform.exceptions import ApplicationError
 from tests.calibration.factories import (
     SYSTEM_NOISE,

@@ -9,9 +9,9 @@ import pytest
 
 from benchmarks.models import Document, PoolEntry, Qrel, RankingEntry
 from calibration.models import DocumentAbility
-from calibration.rcp.ndcg import count_ndcg, qrel_ndcg, rcp_ndcg
 from calibration.selectors import leaderboard_compute
 from calibration.services import calibration_fit
+from rcp.ndcg import count_ndcg, qrel_ndcg, rcp_ndcg
 from tests.calibration.factories import simulated_suite
 
 pytestmark = pytest.mark.django_db

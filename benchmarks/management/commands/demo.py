@@ -120,8 +120,8 @@ class Command(BaseCommand):
         from annotation.models import Study
         from annotation.selectors import contest_candidates, fit_latest_for
         from annotation.services import study_create, study_member_add
-        from calibration.rcp.gain import rcp_gain
         from calibration.services import gains_import
+        from rcp.gain import rcp_gain
 
         name = "Demo study"
         dataset = Dataset.objects.filter(name="tiny").first()

@@ -6,8 +6,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from calibration.rcp.ndcg import PROTOCOLS
 from calibration.selectors import METRICS, leaderboard_compute, run_read
+from rcp.ndcg import PROTOCOLS
 from rcp_platform.exceptions import ApplicationError
 
 from ._common import datasets_named

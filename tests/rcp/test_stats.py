@@ -10,7 +10,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 from scipy import stats as sps
 
-from calibration.rcp.stats import (
+from rcp.stats import (
     bootstrap_ci,
     failure_modes,
     kendall_tau,

@@ -12,9 +12,9 @@ from scipy.optimize import minimize
 from scipy.special import expit
 from scipy.stats import spearmanr
 
-from calibration.rcp import irt
-from calibration.rcp.bt import fit_bt, window_pairs
-from calibration.rcp.irt import (
+from rcp import irt
+from rcp.bt import fit_bt, window_pairs
+from rcp.irt import (
     aggregate_rubric,
     fit_calibration,
     fit_rubric_only,

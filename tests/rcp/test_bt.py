@@ -9,8 +9,8 @@ from scipy.optimize import minimize
 from scipy.special import expit, log_expit
 from sklearn.linear_model import LogisticRegression
 
-from calibration.rcp import bt
-from calibration.rcp.bt import (
+from rcp import bt
+from rcp.bt import (
     aggregate_pairs,
     fit_bt,
     ragged_window_pairs,

@@ -6,9 +6,9 @@ See README.md in this directory for the algorithms and the reference conventions
 
 from __future__ import annotations
 
-from calibration.rcp.bt import BTResult, aggregate_pairs, fit_bt, window_pairs
-from calibration.rcp.gain import count_gain, pass_probabilities, rcp_gain
-from calibration.rcp.irt import (
+from rcp.bt import BTResult, aggregate_pairs, fit_bt, window_pairs
+from rcp.gain import count_gain, pass_probabilities, rcp_gain
+from rcp.irt import (
     Priors,
     RubricOnlyFit,
     TournamentFit,
@@ -17,7 +17,7 @@ from calibration.rcp.irt import (
     fit_rubric_only,
     fit_tournament,
 )
-from calibration.rcp.ndcg import (
+from rcp.ndcg import (
     PROTOCOLS,
     Protocol,
     count_ndcg,
@@ -26,7 +26,7 @@ from calibration.rcp.ndcg import (
     qrel_ndcg,
     rcp_ndcg,
 )
-from calibration.rcp.stats import (
+from rcp.stats import (
     bootstrap_ci,
     failure_modes,
     kendall_tau,

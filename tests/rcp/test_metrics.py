@@ -12,8 +12,8 @@ import pytrec_eval
 from numpy.testing import assert_allclose
 from sklearn.metrics import ndcg_score
 
-from calibration.rcp.gain import count_gain, pass_probabilities, rcp_gain
-from calibration.rcp.ndcg import (
+from rcp.gain import count_gain, pass_probabilities, rcp_gain
+from rcp.ndcg import (
     PROTOCOLS,
     Protocol,
     Rankings,
@@ -27,7 +27,7 @@ from calibration.rcp.ndcg import (
     rcp_ndcg,
     rows_array,
 )
-from calibration.rcp.stats import paired_t
+from rcp.stats import paired_t
 
 TINY = Path(__file__).resolve().parents[1] / "data/reference/tiny"
 
