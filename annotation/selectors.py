@@ -29,6 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from benchmarks.access import can_read_benchmarks
 from benchmarks.models import (
     Dataset,
     Document,
@@ -39,7 +40,6 @@ from benchmarks.models import (
 )
 from calibration.models import CalibrationFit, DocumentAbility, FitStatus
 from rcp.ndcg import PROTOCOLS, qrel_ndcg, rcp_ndcg
-from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import NotFoundError
 
 from .models import (

@@ -18,8 +18,8 @@ from django.shortcuts import redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
+from benchmarks.access import can_read_benchmarks
 from benchmarks.models import Dataset, System
-from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError
 
 from . import markdown, plots, sampling, selectors, services

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
-from rcp_platform.api import can_read_benchmarks
+from benchmarks.access import can_read_benchmarks
 from rcp_platform.exceptions import NotFoundError
 
 from .models import Dataset, Document, PoolEntry, Qrel, Query, RankingEntry, System

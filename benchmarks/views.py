@@ -8,7 +8,7 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
-from rcp_platform.api import can_read_benchmarks
+from benchmarks.access import can_read_benchmarks
 
 from . import selectors
 from .models import Query
@@ -17,20 +17,6 @@ from .models import Query
 def _require_reader(request: HttpRequest) -> None:
     if not can_read_benchmarks(request.user):
         raise PermissionDenied
-
-
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    """Staff and reviewers see the dashboard; anyone else sees their own start page."""
-    if not can_read_benchmarks(request.user):
-        if request.user.has_perm("annotation.annotate"):
-            # Annotators land on their studies page (annotation app).
-            from annotation.views import home as annotator_home
-
-            return annotator_home(request)
-        return render(request, "benchmarks/no_access.html", status=200)
-    datasets = selectors.dataset_list(user=request.user)
-    return render(request, "benchmarks/dashboard.html", {"datasets": datasets})
 
 
 @login_required

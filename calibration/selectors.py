@@ -24,6 +24,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from benchmarks import formats
+from benchmarks.access import can_read_benchmarks
 from benchmarks.models import (
     Dataset,
     Document,
@@ -42,7 +43,6 @@ from rcp.ndcg import (
     ranked_label_hits,
     rows_array,
 )
-from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError, NotFoundError
 
 from .models import CalibrationFit, DocumentAbility, FitStatus, QueryCalibration

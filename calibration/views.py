@@ -12,9 +12,9 @@ from django.shortcuts import redirect, render
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
+from benchmarks.access import can_read_benchmarks
 from benchmarks.selectors import dataset_get, dataset_list
 from rcp.ndcg import PROTOCOLS
-from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError
 
 from . import plots, selectors, services

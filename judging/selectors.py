@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from rcp_platform.api import can_read_benchmarks
+from benchmarks.access import can_read_benchmarks
 from rcp_platform.exceptions import NotFoundError
 
 from .models import InvalidCategory, Judge, JudgingJob, JudgmentWindow, WindowStatus

@@ -11,8 +11,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from benchmarks.access import can_read_benchmarks
 from benchmarks.models import Dataset
-from rcp_platform.api import can_read_benchmarks
 from rcp_platform.exceptions import ApplicationError
 
 from . import selectors, services

@@ -17,7 +17,10 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import expit, logsumexp
 
+from rcp.tournament import TournamentProblem
+
 __all__ = [
+    "FLAG_TEXT",
     "QUAD",
     "Priors",
     "RubricOnlyFit",
@@ -26,10 +29,10 @@ __all__ = [
     "fit_calibration",
     "fit_rubric_only",
     "fit_tournament",
+    "query_flags",
 ]
 
 QUAD = np.linspace(-18.0, 10.0, 561)
-_U_CAP = 10.0  # log-weight cap: gamma_c <= C * exp(10) / (sum of the others)
 _GAMMA_BOUNDS = (0.05, 20.0)
 _BETA_BOUNDS = (-10.0, 10.0)
 _P_CLIP = 1e-9
@@ -85,11 +88,31 @@ def aggregate_rubric(
     return units.astype(unit.dtype, copy=False), n, passes
 
 
+# Per-query flags: the query's scale is pinned by the priors or a bound rather than
+# by its data (rcp_facts 4.2 priors; thresholds are ours, see SOLVER.md).
+TAU_SMALL = 0.05
+TAU_LARGE = 20.0
+ALPHA_SIGMAS = 3.0
+PRIOR_SHARE = 0.5
+FLAG_TEXT = {
+    "no_rubric": "no rubric answers: tau and alpha are the priors' (1, 0)",
+    "tau_at_bound": "tau at its lower bound: the tournament order does not predict "
+    "the rubric answers, every document gets the same calibrated ability",
+    "tau_small": f"tau < {TAU_SMALL}: calibrated abilities barely spread",
+    "tau_large": f"tau > {TAU_LARGE:g}: tournament abilities barely spread",
+    "alpha_extreme": f"|alpha| > {ALPHA_SIGMAS:g} prior SDs: the documents pass or "
+    "fail nearly every criterion",
+    "prior_dominated": f"the priors hold over {PRIOR_SHARE:.0%} of the curvature of "
+    "tau or alpha: the data barely pin this query's scale",
+}
+
+
 @dataclass(frozen=True)
 class TournamentFit:
     """Tournament-mode fit; ``theta``/``theta_se`` per input row (NaN without BT).
 
-    ``query_has_rubric`` marks queries pinned by data rather than by the priors.
+    ``converged`` is the solver's verdict (see ``message``); ``query_flags[j]`` lists
+    the codes of FLAG_TEXT that apply to query j (empty: pinned by its data).
     """
 
     gamma: np.ndarray
@@ -99,11 +122,46 @@ class TournamentFit:
     theta: np.ndarray
     theta_se: np.ndarray
     query_has_rubric: np.ndarray
+    query_flags: tuple[tuple[str, ...], ...]
     n_skipped: int
     loss: float
     converged: bool
     n_iter: int
+    inner_iterations: int = 0
+    method: str = "profile-newton"
+    max_grad: float = 0.0
+    message: str = ""
     mode: Literal["tournament"] = "tournament"
+
+
+def query_flags(
+    *,
+    tau: np.ndarray,
+    alpha: np.ndarray,
+    has_rubric: np.ndarray,
+    prior_share: np.ndarray,
+    priors: Priors = Priors(),
+) -> tuple[tuple[str, ...], ...]:
+    """FLAG_TEXT codes per query; ``prior_share`` is the larger of the priors'
+    shares of the curvature of tau and of alpha at the optimum."""
+    out = []
+    for j in range(tau.size):
+        if not has_rubric[j]:
+            out.append(("no_rubric",))
+            continue
+        flags = []
+        if tau[j] <= 1e-6:
+            flags.append("tau_at_bound")
+        elif tau[j] < TAU_SMALL:
+            flags.append("tau_small")
+        if tau[j] > TAU_LARGE:
+            flags.append("tau_large")
+        if abs(alpha[j]) > ALPHA_SIGMAS * priors.sigma_alpha:
+            flags.append("alpha_extreme")
+        if prior_share[j] > PRIOR_SHARE:
+            flags.append("prior_dominated")
+        out.append(tuple(flags))
+    return tuple(out)
 
 
 def _check_counts(n: np.ndarray, passes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,14 +183,15 @@ def fit_tournament(
     n_queries: int | None = None,
     theta_bt_se: np.ndarray | None = None,
     priors: Priors = Priors(),
-    maxiter: int = 200,
+    maxiter: int = 100,
 ) -> TournamentFit:
     """MAP 2PL over frozen BT abilities, one row per (query, document).
 
     Objective: mean_{placement, c} BCE + prior/(N C) on (tau, alpha) + ridge on the
     softmax logits u (gamma = C softmax(min(u, 10))) and raw v (beta = v - mean v),
-    minimised by Newton on its arrow-structured Hessian (``maxiter`` Newton steps).
-    Rows with NaN ``theta_bt`` are skipped; rows with n = 0 only receive a theta.
+    minimised by ``TournamentProblem.minimize`` (``maxiter`` item Newton steps; a
+    fit that stops early says so in ``converged``/``message``). Rows with NaN
+    ``theta_bt`` are skipped; rows with n = 0 only receive a theta.
     """
     query = np.asarray(query, dtype=np.int64).ravel()
     theta_bt = np.asarray(theta_bt, dtype=np.float64).ravel()
@@ -163,7 +222,7 @@ def fit_tournament(
     k_alpha = 1.0 / (p.sigma_alpha**2 * total)
     t0 = np.log(np.expm1(1.0))
     x0 = np.concatenate([np.zeros(2 * n_crit), np.full(n_q, t0), np.zeros(n_q)])
-    problem = _TournamentProblem(
+    problem = TournamentProblem(
         q_f,
         th_f,
         n_f,
@@ -176,17 +235,8 @@ def fit_tournament(
         l2_beta=p.l2_beta,
     )
     res = problem.minimize(x0, maxiter=maxiter)
-
-    def unpack(x: np.ndarray) -> tuple[np.ndarray, ...]:
-        u, v = x[:n_crit], x[n_crit : 2 * n_crit]
-        t, a = x[2 * n_crit : 2 * n_crit + n_q], x[2 * n_crit + n_q :]
-        return u, v, t, a
-
-    u, v, t, a = unpack(res.x)
-    uc = np.minimum(u, _U_CAP)
-    gamma = n_crit * np.exp(uc - logsumexp(uc))
-    beta = v - v.mean()
-    tau = np.logaddexp(0.0, t)
+    _u, _v, gamma, beta = problem.items(res.x[: 2 * n_crit])
+    tau, a = res.tau, res.alpha
     theta = np.where(usable, tau[query] * theta_bt + a[query], np.nan)
     if theta_bt_se is None:
         theta_se = np.full(theta.shape, np.nan)
@@ -194,6 +244,8 @@ def fit_tournament(
         se = np.asarray(theta_bt_se, dtype=np.float64).ravel()
         theta_se = np.where(usable, tau[query] * se, np.nan)
     has_rubric = np.bincount(q_f, n_f, n_q) > 0
+    *_f, h_tt, _h_ta, h_aa = problem.query_derivatives(gamma, beta, tau, a)
+    share = np.maximum(k_tau / h_tt, k_alpha / h_aa)
     return TournamentFit(
         gamma=gamma,
         beta=beta,
@@ -202,279 +254,18 @@ def fit_tournament(
         theta=theta,
         theta_se=theta_se,
         query_has_rubric=has_rubric,
+        query_flags=query_flags(
+            tau=tau, alpha=a, has_rubric=has_rubric, prior_share=share, priors=p
+        ),
         n_skipped=int((~usable & (n > 0)).sum()),
         loss=float(res.fun),
         converged=bool(res.success),
         n_iter=int(res.nit),
+        inner_iterations=res.inner_iterations,
+        method=res.method,
+        max_grad=res.max_grad,
+        message=res.message,
     )
-
-
-@dataclass(frozen=True)
-class _Optimum:
-    x: np.ndarray
-    fun: float
-    success: bool
-    nit: int
-
-
-class _TournamentProblem:
-    """The tournament-mode MAP objective in x = (u, v, t, a) and its Newton solver.
-
-    Rows are sorted by query. The Hessian has arrow structure: a dense 2C x 2C item
-    block, 2 x 2 blocks per query (tau, alpha) and item-query coupling, so a Newton
-    step costs a few passes over the rows plus a 2C x 2C solve (Schur complement),
-    whatever the number of queries. Quasi-Newton needs hundreds of passes here.
-    """
-
-    def __init__(
-        self,
-        query: np.ndarray,
-        theta: np.ndarray,
-        n: np.ndarray,
-        passes: np.ndarray,
-        *,
-        n_q: int,
-        total: float,
-        k_tau: float,
-        k_alpha: float,
-        l2_gamma: float,
-        l2_beta: float,
-    ) -> None:
-        # Criterion-major (C, rows) layout: row sums and per-query segment sums run
-        # over contiguous memory.
-        self.q, self.th, self.n = query, theta, n
-        self.s = np.ascontiguousarray(passes.T)
-        self.n_q, self.c, self.total = n_q, passes.shape[1], total
-        self.k_tau, self.k_alpha = k_tau, k_alpha
-        self.l2_gamma, self.l2_beta = l2_gamma, l2_beta
-        # Contiguous row segments per query (rows are sorted by query).
-        self.seg_q, self.seg_start = np.unique(query, return_index=True)
-
-    def _params(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
-        c, n_q = self.c, self.n_q
-        u, v, t, a = x[:c], x[c : 2 * c], x[2 * c : 2 * c + n_q], x[2 * c + n_q :]
-        uc = np.minimum(u, _U_CAP)
-        gamma = c * np.exp(uc - logsumexp(uc))
-        beta = v - v.mean()
-        tau = np.logaddexp(0.0, t)
-        return u, v, t, a, gamma, beta, tau
-
-    def _per_query(self, values: np.ndarray) -> np.ndarray:
-        """Sum (k, rows) values over each query's rows -> (k, n_q)."""
-        out = np.zeros((values.shape[0], self.n_q))
-        if values.shape[1]:
-            out[:, self.seg_q] = np.add.reduceat(values, self.seg_start, axis=1)
-        return out
-
-    def _logits(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
-        u, v, t, a, gamma, beta, tau = self._params(x)
-        xi = tau[self.q] * self.th + a[self.q]
-        d = xi - beta[:, None]
-        z = gamma[:, None] * d
-        # softplus(z) = max(z, 0) + log1p(exp(-|z|)): one exp serves both the
-        # loss and the probabilities, about twice as fast as logaddexp + expit.
-        ez = np.exp(-np.abs(z))
-        nll = (
-            self.n * (np.maximum(z, 0.0) + np.log1p(ez)) - self.s * z
-        ).sum() / self.total
-        prior = 0.5 * (self.k_tau * ((tau - 1.0) ** 2).sum() + self.k_alpha * (a @ a))
-        ridge = 0.5 * (self.l2_gamma * (u @ u) + self.l2_beta * (v @ v))
-        return float(nll + prior + ridge), d, z, ez
-
-    def value(self, x: np.ndarray) -> float:
-        return self._logits(x)[0]
-
-    def derivatives(
-        self, x: np.ndarray
-    ) -> tuple[float, np.ndarray, _Hessian, _Hessian]:
-        """Objective, gradient in x, and the Hessian in x twice: exact, and its
-        Gauss-Newton part (residual terms dropped; positive definite)."""
-        c = self.c
-        u, v, t, a, gamma, beta, tau = self._params(x)
-        f, d, z, ez = self._logits(x)
-        th = self.th
-        prob = np.where(z >= 0.0, 1.0, ez) / (1.0 + ez)
-        del z, ez
-        n_t = self.n / self.total
-        e = n_t * prob - self.s / self.total  # d nll / d z
-        w = n_t * prob * (1.0 - prob)  # d2 nll / d z2
-        del prob
-
-        # Gradient and Hessian in phi = (gamma, beta, tau, alpha).
-        g_gamma = (e * d).sum(axis=1)
-        sum_e = e.sum(axis=1)
-        g_beta = -gamma * sum_e
-        wd = w * d
-        h_gg = (wd * d).sum(axis=1)
-        h_gb = -gamma * wd.sum(axis=1)
-        h_bb = gamma**2 * w.sum(axis=1)
-        del d
-        # Per-row terms coupling items with xi = tau theta + alpha, summed per query
-        # plainly and weighted by theta: d2/dgamma dxi = w d gamma (+ residual e),
-        # d2/dbeta dxi = -w gamma^2, d/dxi = gamma . e, d2/dxi2 = gamma^2 . w.
-        coupled = np.empty((3 * c + 2, th.size))
-        np.multiply(wd, gamma[:, None], out=coupled[:c])
-        coupled[c : 2 * c] = e
-        np.multiply(w, -(gamma**2)[:, None], out=coupled[2 * c : 3 * c])
-        coupled[3 * c] = gamma @ e
-        coupled[3 * c + 1] = gamma**2 @ w
-        del e, w, wd
-        plain = self._per_query(coupled)
-        coupled *= th
-        by_th = self._per_query(coupled)
-        v_th2 = self._per_query(coupled[3 * c + 1 :] * th)[0]
-        del coupled
-        g_tau = by_th[3 * c] + self.k_tau * (tau - 1.0)
-        g_a = plain[3 * c] + self.k_alpha * a
-        h_tt = v_th2 + self.k_tau
-        h_ta = by_th[3 * c + 1]
-        h_aa = plain[3 * c + 1] + self.k_alpha
-
-        # Chain rule to x = (u, v, t, a).
-        free = (u < _U_CAP).astype(np.float64)
-        s_soft = gamma / c
-        j_u = (np.diag(gamma) - np.outer(gamma, gamma) / c) * free[None, :]
-        proj = np.eye(c) - 1.0 / c
-        j_i = np.zeros((2 * c, 2 * c))
-        j_i[:c, :c], j_i[c:, c:] = j_u, proj
-        idx = np.arange(c)
-        ridge = np.r_[np.full(c, self.l2_gamma), np.full(c, self.l2_beta)]
-        sig_t = expit(t)
-
-        def item_block(h_gb: np.ndarray) -> np.ndarray:
-            h_phi = np.zeros((2 * c, 2 * c))
-            h_phi[idx, idx], h_phi[c + idx, c + idx] = h_gg, h_bb
-            h_phi[idx, c + idx] = h_phi[c + idx, idx] = h_gb
-            return j_i.T @ h_phi @ j_i + np.diag(ridge)
-
-        def coupling(rows: list[np.ndarray]) -> np.ndarray:
-            # (n_q, 2C, 2): (gamma, beta) x (tau, alpha), then to (u, v) x (t, a).
-            h = np.stack([np.vstack(rows[0]).T, np.vstack(rows[1]).T], axis=2)
-            h = j_i.T @ h
-            h[:, :, 0] *= sig_t[:, None]
-            return h
-
-        gn_rows = [
-            [by_th[:c], by_th[2 * c : 3 * c]],
-            [plain[:c], plain[2 * c : 3 * c]],
-        ]
-        full_rows = [
-            [by_th[:c] + by_th[c : 2 * c], by_th[2 * c : 3 * c]],
-            [plain[:c] + plain[c : 2 * c], plain[2 * c : 3 * c]],
-        ]
-        gauss = _Hessian(
-            item_block(h_gb),
-            coupling(gn_rows),
-            sig_t**2 * h_tt,
-            sig_t * h_ta,
-            h_aa,
-        )
-        # Residual terms: d2 z / dgamma dbeta, the softmax and softplus curvatures.
-        exact_items = item_block(h_gb - sum_e)
-        gg = g_gamma * gamma
-        tot = gg.sum()
-        soft = (
-            np.diag(gg)
-            - np.outer(gg, s_soft)
-            - np.outer(s_soft, gg)
-            + tot * np.outer(s_soft, s_soft)
-            - tot * (np.diag(s_soft) - np.outer(s_soft, s_soft))
-        )
-        exact_items[:c, :c] += soft * np.outer(free, free)
-        exact = _Hessian(
-            exact_items,
-            coupling(full_rows),
-            sig_t**2 * h_tt + g_tau * sig_t * (1.0 - sig_t),
-            sig_t * h_ta,
-            h_aa,
-        )
-        g_u = j_u.T @ g_gamma + self.l2_gamma * u
-        g_v = proj @ g_beta + self.l2_beta * v
-        grad = np.concatenate([g_u, g_v, g_tau * sig_t, g_a])
-        return f, grad, exact, gauss
-
-    def newton_step(self, grad: np.ndarray, hess: _Hessian) -> np.ndarray | None:
-        """Solve H step = grad through the Schur complement of the 2 x 2 query
-        blocks; None when H is not positive definite."""
-        c2, n_q = 2 * self.c, self.n_q
-        h_tt, h_ta, h_aa = hess.tt, hess.ta, hess.aa
-        det = h_tt * h_aa - h_ta**2
-        if not (np.all(h_tt > 0) and np.all(det > 0)):
-            return None
-        inv = np.empty((n_q, 2, 2))
-        inv[:, 0, 0], inv[:, 1, 1] = h_aa / det, h_tt / det
-        inv[:, 0, 1] = inv[:, 1, 0] = -h_ta / det
-        g_i, g_q = grad[:c2], np.column_stack([grad[c2 : c2 + n_q], grad[c2 + n_q :]])
-        hinv = hess.iq @ inv  # (n_q, 2C, 2)
-        schur = hess.ii - np.einsum("qik,qjk->ij", hinv, hess.iq)
-        rhs = g_i - np.einsum("qik,qk->i", hinv, g_q)
-        try:
-            chol = np.linalg.cholesky(schur)
-        except np.linalg.LinAlgError:
-            return None
-        step_i = np.linalg.solve(chol.T, np.linalg.solve(chol, rhs))
-        rest = g_q - np.einsum("qik,i->qk", hess.iq, step_i)
-        step_q = np.einsum("qkl,ql->qk", inv, rest)
-        return np.concatenate([step_i, step_q[:, 0], step_q[:, 1]])
-
-    def minimize(
-        self, x0: np.ndarray, *, maxiter: int, gtol: float = 1e-13, ftol: float = 1e-15
-    ) -> _Optimum:
-        """Newton with an Armijo backtracking line search; where the exact Hessian
-        is not positive definite (far from the optimum) the Gauss-Newton one serves.
-
-        Converged when max|grad| <= gtol or the step's predicted decrease
-        (grad . step / 2) is below ftol * max(1, |f|): the reference's L-BFGS
-        tolerances, tested without relying on differences of a sum over millions
-        of rows (rounding noise in f would stall the test).
-        """
-        x = x0.copy()
-        nit = 0
-        success = False
-        fx, g, exact, gauss = self.derivatives(x)
-        while nit < maxiter:
-            if np.max(np.abs(g)) <= gtol:
-                success = True
-                break
-            step = self.newton_step(g, exact)
-            if step is None:
-                step = self.newton_step(g, gauss)
-            if step is None:  # pragma: no cover - the ridge keeps Gauss-Newton PD
-                break
-            slope = float(g @ step)
-            if slope <= 2.0 * ftol * max(1.0, abs(fx)):
-                # Predicted decrease below ftol: inside the quadratic region, so the
-                # full step lands at rounding precision; take it and stop.
-                x = x - step
-                fx = self.value(x)
-                success = True
-                break
-            t = 1.0
-            while True:
-                x_new = x - t * step
-                f_new = self.value(x_new)
-                if f_new <= fx - 1e-4 * t * slope or t < 1e-10:
-                    break
-                t *= 0.5
-            nit += 1
-            if f_new > fx:  # pragma: no cover - rounding noise at the optimum
-                success = slope <= 1e-10 * max(1.0, abs(fx))
-                break
-            x = x_new
-            fx, g, exact, gauss = self.derivatives(x)
-        return _Optimum(x=x, fun=fx, success=success, nit=nit)
-
-
-@dataclass(frozen=True)
-class _Hessian:
-    """Hessian blocks in x: items (2C, 2C), item-query coupling (n_q, 2C, 2) with
-    columns (t, a), and per query the 2 x 2 (t, a) block as tt, ta, aa."""
-
-    ii: np.ndarray
-    iq: np.ndarray
-    tt: np.ndarray
-    ta: np.ndarray
-    aa: np.ndarray
 
 
 @dataclass(frozen=True)

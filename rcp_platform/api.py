@@ -1,4 +1,4 @@
-"""API plumbing shared by every app: permissions and the one JSON error shape.
+"""The one JSON error shape of every API response (DRF exception handler).
 
 Every error response is ``{"message": str, "extra": {...}}``.
 """
@@ -10,37 +10,10 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, permissions
-from rest_framework.request import Request
+from rest_framework import exceptions
 from rest_framework.response import Response
 
 from .exceptions import ApplicationError
-
-REVIEW_PERMISSION = "benchmarks.view_dataset"
-
-
-def can_read_benchmarks(user: Any) -> bool:
-    """Staff, and users granted ``benchmarks.view_dataset`` (reviewers), may read.
-
-    Annotators are deliberately not granted it: they see nothing of the staff API.
-    """
-    return bool(
-        user
-        and user.is_authenticated
-        and user.is_active
-        and (user.is_staff or user.has_perm(REVIEW_PERMISSION))
-    )
-
-
-class IsStaffOrReviewerReadOnly(permissions.BasePermission):
-    """Reads for staff and reviewers; writes for staff only."""
-
-    def has_permission(self, request: Request, view: Any) -> bool:
-        if request.method in permissions.SAFE_METHODS:
-            return can_read_benchmarks(request.user)
-        return bool(
-            request.user and request.user.is_authenticated and request.user.is_staff
-        )
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

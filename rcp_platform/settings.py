@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "judging",
     "calibration",
     "annotation",
+    "portal",
 ]
 
 MIDDLEWARE = [
@@ -127,8 +128,8 @@ LOGOUT_REDIRECT_URL = "login"
 
 # ---------------------------------------------------------------------------- LOGIN THROTTLING
 # Every password login (login page, admin, API token) goes through this backend; see
-# annotation/auth.py. Failures are counted in the cache per (username, address).
-AUTHENTICATION_BACKENDS = ["annotation.auth.ThrottledModelBackend"]
+# portal/auth.py. Failures are counted in the cache per (username, address).
+AUTHENTICATION_BACKENDS = ["portal.auth.ThrottledModelBackend"]
 LOGIN_THROTTLE_ATTEMPTS = env.int("LOGIN_THROTTLE_ATTEMPTS", default=5)
 LOGIN_THROTTLE_WINDOW = env.int("LOGIN_THROTTLE_WINDOW", default=300)
 
@@ -160,7 +161,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rcp_platform.api.IsStaffOrReviewerReadOnly"],
+    "DEFAULT_PERMISSION_CLASSES": ["benchmarks.access.IsStaffOrReviewerReadOnly"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
@@ -171,7 +172,7 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Calibrated relevance evaluation of search rerankers.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rcp_platform.api.IsStaffOrReviewerReadOnly"],
+    "SERVE_PERMISSIONS": ["benchmarks.access.IsStaffOrReviewerReadOnly"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

@@ -8,9 +8,9 @@ from rest_framework.authtoken.views import ObtainAuthToken
 
 from annotation import urls as annotation_urls
 from benchmarks import urls as benchmarks_urls
-from benchmarks import views as benchmarks_views
 from calibration import urls as calibration_urls
 from judging import urls as judging_urls
+from portal import views as portal_views
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -33,5 +33,5 @@ urlpatterns = [
     path("judging/", include("judging.urls")),
     path("calibration/", include("calibration.urls")),
     path("annotation/", include("annotation.urls")),
-    path("", benchmarks_views.home, name="home"),
+    path("", portal_views.home, name="home"),
 ]

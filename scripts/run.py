@@ -29,7 +29,7 @@ def main() -> int:
     _step([*MANAGE, "migrate", "--noinput", "-v", "0"])
     _step([*MANAGE, "demo", "--if-empty"])
     sys.path.insert(0, str(ROOT))
-    from benchmarks.demo_accounts import ADMIN, ANNOTATORS
+    from portal.demo_accounts import ADMIN, ANNOTATORS
 
     children = {
         "web": subprocess.Popen(

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 REFERENCE_DATA = (
     REPO / "tests" / "data" / "reference"
 )  # copies of ../shared/reference/data
-DEMO_TINY = REPO / "benchmarks" / "demo_data" / "tiny"
+DEMO_TINY = REPO / "portal" / "demo_data" / "tiny"
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from rcp.irt import (
     fit_rubric_only,
     fit_tournament,
 )
+from rcp.tournament import TournamentProblem
 
 ANCHOR = (
     Path(__file__).resolve().parents[1] / "data/reference/nanobeir_rubric_anchor.json"
@@ -254,7 +255,7 @@ def _problem(seed: int, n_q: int = 5, rows: int = 80) -> tuple:
     n = rng.integers(1, 5, rows).astype(float)
     passes = rng.binomial(n[:, None].astype(int), 0.4, (rows, 5)).astype(float)
     total = n.sum() * 5
-    problem = irt._TournamentProblem(
+    problem = TournamentProblem(
         query,
         theta,
         n,
@@ -315,7 +316,7 @@ def test_tournament_newton_reaches_the_lbfgs_optimum():
     fit = fit_tournament(query, theta_bt, n, passes)
     q_order = np.lexsort((*passes.T[::-1], n, theta_bt, query))
     total = n.sum() * 5
-    problem = irt._TournamentProblem(
+    problem = TournamentProblem(
         query[q_order],
         theta_bt[q_order],
         n[q_order].astype(float),

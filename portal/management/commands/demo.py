@@ -11,10 +11,10 @@ from django.core.management.base import BaseCommand, CommandParser
 from django.db import transaction
 
 from annotation.services import annotator_group_ensure
-from benchmarks.demo_accounts import ADMIN, ANNOTATORS
 from benchmarks.models import Dataset, Protocol
 from benchmarks.services import dataset_import, run_import
 from benchmarks.synthetic import SyntheticSpec, write_benchmark
+from portal.demo_accounts import ADMIN, ANNOTATORS
 
 DEMO_DIR = Path(__file__).resolve().parents[2] / "demo_data"
 

@@ -1,0 +1,9 @@
+from django.apps import AppConfig
+
+
+class PortalConfig(AppConfig):
+    """Site-wide pieces above the domain apps: the home page that sends each role to
+    its start page, the demo, login throttling. Domain apps never import it."""
+
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "portal"
