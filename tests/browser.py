@@ -1,17 +1,18 @@
 """Headless Chromium for browser tests: the system browser driven by Playwright.
 
 Playwright's own browser download cannot run here; `.ci/run` installs Debian's
-chromium, and CHROMIUM_PATH may point elsewhere.
+chromium, and CHROMIUM_PATH may point elsewhere. Tests using it carry the
+``chromium`` marker (tests/tiers.py).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from playwright.sync_api import Browser, sync_playwright
+
+from tests import tiers
 
 FLAGS = [
     "--no-sandbox",
@@ -25,11 +26,7 @@ FLAGS = [
 
 
 def chromium_path() -> str:
-    path = (
-        os.environ.get("CHROMIUM_PATH")
-        or shutil.which("chromium")
-        or shutil.which("chromium-browser")
-    )
+    path = tiers.chromium_path()
     if not path:
         raise RuntimeError(
             "Chromium not found: install it (apt-get install -y chromium) or set CHROMIUM_PATH"

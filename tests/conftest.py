@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from rest_framework.test import APIClient
 
+from tests import tiers
 from tests.factories import UserFactory
 
 REPO = Path(__file__).resolve().parents[1]
@@ -14,6 +15,22 @@ REFERENCE_DATA = (
     REPO / "tests" / "data" / "reference"
 )  # copies of ../shared/reference/data
 DEMO_TINY = REPO / "portal" / "demo_data" / "tiny"
+
+
+def pytest_configure(config):
+    for tier, what in tiers.TIERS.items():
+        config.addinivalue_line("markers", f"{tier}: the test needs {what}")
+
+
+def pytest_runtest_setup(item):
+    """Skip a test whose service is missing (one line saying what to install), or
+    fail it when RCP_REQUIRE_SERVICES is set (CI runs everything)."""
+    for tier in tiers.TIERS:
+        if item.get_closest_marker(tier) and not tiers.available(tier):
+            message = f"{item.nodeid} {tiers.missing_message(tier)}"
+            if tiers.required():
+                pytest.fail(f"RCP_REQUIRE_SERVICES is set but {message}", pytrace=False)
+            pytest.skip(message)
 
 
 @pytest.fixture

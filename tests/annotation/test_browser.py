@@ -66,6 +66,7 @@ def _done(page):
     return int(match.group(1))
 
 
+@pytest.mark.chromium
 @pytest.mark.django_db(transaction=True)
 def test_three_annotators_complete_the_demo_study_by_keyboard(live_server):
     call_command("demo", verbosity=0)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -39,15 +39,10 @@ DEADLINE_SECONDS = 90.0
 
 
 def _server_url() -> str:
-    """A PostgreSQL server URL without database name: the suite's own, else local."""
-    explicit = os.environ.get("RCP_CONCURRENCY_PG")
-    if explicit:
-        return explicit
-    url = os.environ.get("DATABASE_URL", "")
-    if url.startswith(("postgres://", "postgresql://", "pgsql://")):
-        parts = urlsplit(url)
-        return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
-    return "postgres://postgres@127.0.0.1:5432"
+    """A PostgreSQL server URL without database name (tests/tiers.py)."""
+    from tests import tiers
+
+    return tiers.pg_server_url()
 
 
 def _admin(server: str, sql: str) -> None:
@@ -77,6 +72,7 @@ def postgres_database():
         _admin(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+@pytest.mark.postgres
 def test_thirty_two_concurrent_annotators_never_over_assign(postgres_database):
     """No contest over-assigned, no annotator twice on a contest, no lost submission;
     at the end every contest has exactly N submitted gradings."""

@@ -14,6 +14,7 @@ from tests.browser import chromium
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
+@pytest.mark.chromium
 @pytest.mark.django_db(transaction=True)
 def test_admin_logs_in_and_browses_demo_dataset(live_server, tmp_path):
     call_command("demo", verbosity=0)
@@ -38,6 +39,7 @@ def test_admin_logs_in_and_browses_demo_dataset(live_server, tmp_path):
         page.screenshot(path=str(tmp_path / "query.png"))
 
 
+@pytest.mark.chromium
 @pytest.mark.django_db(transaction=True)
 def test_annotator_sees_no_benchmark_data_in_the_browser(live_server):
     call_command("demo", verbosity=0)

@@ -34,21 +34,14 @@ from judging.limits import (
     limiter_for_settings,
 )
 from judging.simulated import start_simulated_judge
+from tests import tiers
 
-REDIS_URL = "redis://127.0.0.1:6379/15"
+REDIS_URL = tiers.redis_url(15)
 TEXTS = [f"passage {i} on tidal forces and the moon" for i in range(10)]
 FORK = multiprocessing.get_context("fork")
 
 
-def _redis_up() -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", 6379), timeout=0.2).close()
-        return True
-    except OSError:
-        return False
-
-
-needs_redis = pytest.mark.skipif(not _redis_up(), reason="no Redis at 127.0.0.1:6379")
+needs_redis = pytest.mark.redis
 
 
 @pytest.fixture

@@ -72,6 +72,7 @@ def worker(tmp_path, settings):
     celery_app.conf.broker_transport_options = old
 
 
+@pytest.mark.chromium
 @pytest.mark.django_db(transaction=True)
 def test_admin_estimates_launches_and_watches_a_job(live_server, worker):
     call_command("demo", verbosity=0)

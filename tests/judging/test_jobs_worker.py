@@ -20,10 +20,11 @@ import pytest
 import redis
 
 from judging.simulated import start_simulated_judge
+from tests import tiers
 from tests.conftest import DEMO_TINY, REPO
 
-PG = "postgresql://postgres@127.0.0.1:5432"
-REDIS_DB = 13
+PG = tiers.pg_server_url()
+REDIS_DB = int(os.environ.get("RCP_TEST_REDIS_DB", "13"))
 
 
 @pytest.fixture
@@ -32,12 +33,12 @@ def stack(tmp_path):
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
-    redis.Redis(host="127.0.0.1", port=6379, db=REDIS_DB).flushdb()
+    redis.Redis.from_url(tiers.redis_url(REDIS_DB)).flushdb()
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{name}",
-        "CELERY_BROKER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
-        "JUDGE_LIMITER_URL": f"redis://127.0.0.1:6379/{REDIS_DB}",
+        "DATABASE_URL": f"{PG}/{name}",
+        "CELERY_BROKER_URL": tiers.redis_url(REDIS_DB),
+        "JUDGE_LIMITER_URL": tiers.redis_url(REDIS_DB),
         "JUDGING_HEARTBEAT_STALE_S": "3",
         "JUDGING_PROCESSES": "2",  # the job shares its queries with a helper process
         "RCP_VAR_DIR": str(tmp_path / "var"),
@@ -95,6 +96,8 @@ def stack(tmp_path):
         conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_worker_killed_mid_job_then_resumed_loses_and_duplicates_nothing(stack):
     manage, sql, server = stack["manage"], stack["sql"], stack["server"]
     manage(
