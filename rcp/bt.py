@@ -182,6 +182,8 @@ class BTResult:
     theta: np.ndarray
     se: np.ndarray
     raw: np.ndarray
+    converged: bool = True
+    n_iter: int = 0
 
 
 def fit_bt(
@@ -239,7 +241,9 @@ def fit_bt(
         grad = np.bincount(win, r, n_docs) - np.bincount(los, r, n_docs) + l2 * raw
         return loss, grad
 
-    x = _newton(objective, win, los, wn, n_docs, l2, x0, gtol=gtol, ftol=ftol)
+    x, converged, n_iter = _newton(
+        objective, win, los, wn, n_docs, l2, x0, gtol=gtol, ftol=ftol
+    )
     raw = np.where(compared, x, 0.0)
     theta = np.where(compared, raw - raw[compared].mean(), 0.0)
     p = expit(raw[win] - raw[los])
@@ -247,7 +251,7 @@ def fit_bt(
         los, w * p * (1 - p), n_docs
     )
     se = 1.0 / np.sqrt(info + l2)
-    return BTResult(theta=theta, se=se, raw=raw)
+    return BTResult(theta=theta, se=se, raw=raw, converged=converged, n_iter=n_iter)
 
 
 def _newton(
@@ -262,20 +266,21 @@ def _newton(
     gtol: float,
     ftol: float,
     maxiter: int = 200,
-) -> np.ndarray:
+) -> tuple[np.ndarray, bool, int]:
     """Damped Newton on the (strictly convex, ridge l2 > 0) BT objective.
 
     The Hessian is the weighted pair Laplacian plus l2*I, dense n x n: at pool sizes
     (<= a few hundred documents) one solve costs far less than the hundreds of
     gradient steps a quasi-Newton method needs on this ill-conditioned problem.
-    Stops when max|grad| <= gtol or the objective improves by less than ftol.
+    Stops when max|grad| <= gtol or the objective improves by less than ftol
+    (converged); returns (x, converged, iterations).
     """
     x = x0
     fx, g = objective(x)
     diag_idx = np.arange(n)
-    for _ in range(maxiter):
+    for it in range(maxiter):
         if np.max(np.abs(g)) <= gtol:
-            break
+            return x, True, it
         p = expit(x[win] - x[los])
         h = wn * p * (1.0 - p)
         hess = np.bincount(win * n + los, h, n * n).reshape(n, n)
@@ -296,8 +301,8 @@ def _newton(
         improved = fx - f_new
         x, fx, g = x_new, f_new, g_new
         if improved <= ftol * max(1.0, abs(fx)):
-            break
-    return x
+            return x, True, it + 1
+    return x, bool(np.max(np.abs(g)) <= gtol), maxiter
 
 
 def _as_pair_arrays(
