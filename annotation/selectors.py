@@ -34,12 +34,12 @@ from benchmarks.models import (
     Dataset,
     Document,
     PoolEntry,
-    Qrel,
     RankingEntry,
     System,
 )
-from calibration.models import CalibrationFit, DocumentAbility, FitStatus
-from rcp.ndcg import PROTOCOLS, qrel_ndcg, rcp_ndcg
+from calibration.models import CalibrationFit, FitStatus
+from calibration.selectors import dataset_query_scores
+from rcp.ndcg import PROTOCOLS
 from rcp_platform.exceptions import NotFoundError
 
 from .models import (
@@ -112,9 +112,10 @@ def contest_candidates(
 ) -> list[Candidate]:
     """Every (query, system pair) with RCP-nDCG@k and qrel-nDCG@k of both systems.
 
-    Gains come from ``fit``'s DocumentAbility rows, grades from Qrel; both metrics use
-    the dataset's protocol and pool (rankings read to depth max(k, depth), so ties
-    straddling the cut-off are ignored). Skipped: queries without gains or without a
+    Gains come from ``fit``'s DocumentAbility rows, grades from Qrel; both metrics
+    are computed by the leaderboard's nDCG path
+    (``calibration.selectors.dataset_query_scores``: the dataset's protocol and
+    pool, full rankings, the same tie rules and ideals). Skipped: queries without gains or without a
     positive qrel, pairs where a system did not rank the query, and pairs whose top-k
     lists are identical (nothing for a human to compare). Systems pair only within
     their dataset.
@@ -137,68 +138,57 @@ def _dataset_candidates(
     depth: int,
     metric_k: int,
 ) -> Iterable[Candidate]:
-    gains: dict[str, dict[str, float]] = defaultdict(dict)
-    for q, d, g in DocumentAbility.objects.filter(
-        fit=fit, query__dataset=dataset
-    ).values_list("query_id", "document_id", "gain"):
-        gains[str(q)][str(d)] = 0.0 if g is None else float(g)
-    qrels: dict[str, dict[str, float]] = defaultdict(dict)
-    for q, d, grade in Qrel.objects.filter(query__dataset=dataset).values_list(
-        "query_id", "document_id", "grade"
-    ):
-        qrels[str(q)][str(d)] = float(grade)
-    pools: dict[str, list[str]] = defaultdict(list)
-    for q, d in (
-        PoolEntry.objects.filter(query__dataset=dataset)
-        .order_by("query_id", "rank")
-        .values_list("query_id", "document_id")
-    ):
-        pools[str(q)].append(str(d))
+    # Both metrics come from the leaderboard's nDCG path (one implementation):
+    # the dataset's protocol, full rankings, shared tie rules and ideals.
     protocol = dataset.protocol if dataset.protocol in PROTOCOLS else "plain"
-    if not pools and (PROTOCOLS[protocol].pool_only or protocol == "trecdl"):
+    has_pools = PoolEntry.objects.filter(query__dataset=dataset).exists()
+    if not has_pools and (PROTOCOLS[protocol].pool_only or protocol == "trecdl"):
         protocol = "plain"  # pool-only presets need a pool; score every ranked doc
-    cut = max(depth, metric_k)
-    runs: dict[int, dict[str, dict[str, float]]] = {
-        s.pk: defaultdict(dict) for s in systems
-    }
-    tops: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for s, q, d, rank, score in RankingEntry.objects.filter(
-        system__in=systems, rank__lte=cut
-    ).values_list("system_id", "query_id", "document_id", "rank", "score"):
-        runs[s][str(q)][str(d)] = float(score)
-        if rank <= depth:
-            tops[s, str(q)].append((rank, d))
-    scored = {q for q in gains if q in qrels}
-    rcp: dict[int, dict[str, float]] = {}
-    qrel: dict[int, dict[str, float]] = {}
-    for s in systems:
-        kwargs = {"k": metric_k, "protocol": protocol, "pools": pools or None}
-        rcp[s.pk] = rcp_ndcg(runs[s.pk], {q: gains[q] for q in scored}, **kwargs)
-        qrel[s.pk] = qrel_ndcg(runs[s.pk], {q: qrels[q] for q in scored}, **kwargs)
-    external = dict(
-        dataset.queries.filter(pk__in=[int(q) for q in scored]).values_list(
-            "id", "external_id"
-        )
+    names, scores = dataset_query_scores(
+        dataset=dataset,
+        fit=fit,
+        k=metric_k,
+        protocol=protocol,
+        systems=[s.name for s in systems],
     )
-    for q in sorted(scored, key=lambda q: external[int(q)]):
+    if "rcp_ndcg" not in scores or "qrel_ndcg" not in scores:
+        return
+    rcp, qrel = scores["rcp_ndcg"], scores["qrel_ndcg"]
+    row = {name: i for i, name in enumerate(names)}
+    rcp_col = {q: i for i, q in enumerate(rcp.queries)}
+    qrel_col = {q: i for i, q in enumerate(qrel.queries)}
+    scored = sorted(set(rcp_col) & set(qrel_col))
+    q_pk = dict(
+        dataset.queries.filter(external_id__in=scored).values_list("external_id", "id")
+    )
+    tops: dict[tuple[int, int], list[tuple[int, int]]] = defaultdict(list)
+    for s, q, d, rank in RankingEntry.objects.filter(
+        system__in=systems, rank__lte=depth
+    ).values_list("system_id", "query_id", "document_id", "rank"):
+        tops[s, q].append((rank, d))
+    for ext in scored:
+        q = q_pk[ext]
         for i, s1 in enumerate(systems):
             for s2 in systems[i + 1 :]:
                 list1 = tuple(d for _, d in sorted(tops.get((s1.pk, q), [])))
                 list2 = tuple(d for _, d in sorted(tops.get((s2.pk, q), [])))
-                values = (rcp[s1.pk][q], rcp[s2.pk][q], qrel[s1.pk][q], qrel[s2.pk][q])
                 if not list1 or not list2 or list1 == list2:
                     continue
+                values = (
+                    float(rcp.values[row[s1.name], rcp_col[ext]]),
+                    float(rcp.values[row[s2.name], rcp_col[ext]]),
+                    float(qrel.values[row[s1.name], qrel_col[ext]]),
+                    float(qrel.values[row[s2.name], qrel_col[ext]]),
+                )
                 if not all(math.isfinite(v) for v in values):
                     continue
                 yield Candidate(
-                    key=(dataset.name, external[int(q)], s1.name, s2.name),
+                    key=(dataset.name, ext, s1.name, s2.name),
                     rcp_a=values[0],
                     rcp_b=values[1],
                     qrel_a=values[2],
                     qrel_b=values[3],
-                    ref=ContestSource(
-                        dataset.pk, int(q), (s1.pk, s2.pk), (list1, list2)
-                    ),
+                    ref=ContestSource(dataset.pk, q, (s1.pk, s2.pk), (list1, list2)),
                 )
 
 

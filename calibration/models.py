@@ -2,8 +2,10 @@
 
 A ``CalibrationFit`` covers one dataset or a suite of datasets fitted together (shared
 items). It is produced either from judgment windows (``source=judgments``) or from
-published labels (``source=import``, ``import_gains``), and is immutable once done:
-a new calibration is a new fit, and readers take the latest done fit of a dataset.
+published labels (``source=import``, ``import_gains``), and is immutable once finished:
+a new calibration is a new fit. A fit from judgments ends ``done`` only when every
+optimiser converged (a database constraint); otherwise ``unconverged`` (rows stored
+for inspection, never used without an explicit override) or ``failed``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class FitStatus(models.TextChoices):
     PENDING = "pending", "pending"
     RUNNING = "running", "running"
     DONE = "done", "done"
+    UNCONVERGED = "unconverged", "unconverged (results stored, not trusted)"
     FAILED = "failed", "failed"
 
 
@@ -74,7 +77,13 @@ class CalibrationFit(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(
+        null=True, blank=True, help_text="last sign of life of the running fit"
+    )
     finished_at = models.DateTimeField(null=True, blank=True)
+    converged = models.BooleanField(
+        null=True, blank=True, help_text="every optimiser converged (None: no fit ran)"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -83,6 +92,12 @@ class CalibrationFit(models.Model):
             models.CheckConstraint(
                 condition=~models.Q(status="done") | ~models.Q(mode=""),
                 name="fit_done_has_mode",
+            ),
+            # A fit from judgments is shown as a result only if it converged.
+            models.CheckConstraint(
+                condition=~models.Q(status="done", source="judgments")
+                | models.Q(converged=True),
+                name="fit_done_converged",
             ),
         ]
 
@@ -106,9 +121,13 @@ class QueryCalibration(models.Model):
     tournament_windows = models.PositiveIntegerField(default=0)
     rubric_windows = models.PositiveIntegerField(default=0)
     invalid_windows = models.PositiveIntegerField(default=0)
-    flagged = models.BooleanField(
-        default=False, help_text="invalid windows above 5% in a stage, or any adaptive"
+    flags = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="codes of rcp.irt.FLAG_TEXT (scale pinned by priors or a bound) "
+        "and invalid_windows (> 5% invalid in a stage, or any adaptive)",
     )
+    flagged = models.BooleanField(default=False, help_text="any flag")
 
     class Meta:
         ordering = ["fit_id", "query_id"]

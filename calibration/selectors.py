@@ -6,7 +6,6 @@ pools and rankings with ``values_list`` and hands arrays to ``rcp``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,27 +33,26 @@ from benchmarks.models import (
     RankingEntry,
     System,
 )
-from rcp import stats as rcp_stats
-from rcp.ndcg import (
-    PROTOCOLS,
-    Rankings,
-    index_of,
-    qrel_gain_array,
-    ranked_label_hits,
-    rows_array,
+from rcp.leaderboard import (
+    CI_KEYS,
+    METRICS,
+    DatasetRuns,
+    QueryScores,
+    unmatched_systems,
 )
+from rcp.leaderboard import dataset_scores as rcp_dataset_scores
+from rcp.leaderboard import leaderboard as rcp_leaderboard
+from rcp.ndcg import PROTOCOLS, index_of, rows_array
 from rcp_platform.exceptions import ApplicationError, NotFoundError
 
 from .models import CalibrationFit, DocumentAbility, FitStatus, QueryCalibration
 
-METRICS = ("rcp_ndcg", "count_ndcg", "qrel_ndcg")
+__all__ = ["CI_KEYS", "METRICS", "METRIC_LABELS"]  # re-exported for views and commands
 METRIC_LABELS = {
     "rcp_ndcg": "RCP-nDCG",
     "count_ndcg": "Count-nDCG",
     "qrel_ndcg": "qrel-nDCG",
 }
-CI_KEYS = {"rcp_ndcg": "rcp_ci", "count_ndcg": "count_ci", "qrel_ndcg": "qrel_ci"}
-ALPHA = 0.05
 RunMap = Mapping[str, Mapping[str, float]]
 
 
@@ -108,6 +106,42 @@ def fit_latest(*, dataset: Dataset) -> CalibrationFit:
     return fit
 
 
+def fit_for_scoring(
+    *, dataset: Dataset, allow_unconverged: bool = False
+) -> CalibrationFit | None:
+    """The fit whose gains score ``dataset``: its newest finished fit (done or
+    unconverged), None if it has none. An unconverged newest fit is refused with
+    ApplicationError unless ``allow_unconverged`` (then the caller must say so)."""
+    fit = (
+        CalibrationFit.objects.filter(
+            datasets=dataset, status__in=[FitStatus.DONE, FitStatus.UNCONVERGED]
+        )
+        .order_by("-created_at", "-id")
+        .first()
+    )
+    if (
+        fit is not None
+        and fit.status == FitStatus.UNCONVERGED
+        and not allow_unconverged
+    ):
+        older = (
+            CalibrationFit.objects.filter(datasets=dataset, status=FitStatus.DONE)
+            .exclude(pk=fit.pk)
+            .order_by("-created_at", "-id")
+            .values_list("id", flat=True)
+            .first()
+        )
+        hint = f" (fit {older} is an older converged fit)" if older else ""
+        raise ApplicationError(
+            f"the latest calibration of {dataset.name!r}, fit {fit.pk}, did not "
+            f"converge ({fit.error or 'see its page'}); its gains are not "
+            f"trustworthy. Re-run `calibrate`{hint}, or pass --allow-unconverged / "
+            "allow_unconverged=1 to score with it anyway.",
+            extra={"fit": fit.pk, "status": fit.status},
+        )
+    return fit
+
+
 def ability_list(*, fit: CalibrationFit, query: str | None = None) -> QuerySet:
     """A fit's per-document rows, by query then gain; ``query`` = external id."""
     qs = DocumentAbility.objects.filter(fit=fit).select_related(
@@ -127,18 +161,6 @@ def fit_query_rows(*, fit: CalibrationFit) -> QuerySet[QueryCalibration]:
 
 
 # ---------------------------------------------------------------------------- leaderboard
-
-
-def _clean(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {k: _clean(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_clean(v) for v in x]
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
 
 
 def _ids(rows: Sequence[Sequence[Any]], width: int) -> np.ndarray:
@@ -250,20 +272,17 @@ def _ranking_rows(system_pks: np.ndarray) -> np.ndarray:
     )
 
 
-def _dataset_scores(
+def _dataset_runs(
     ds: Dataset,
-    fit: CalibrationFit,
+    fit: CalibrationFit | None,
     proto: str,
     *,
-    k: int,
     extra_runs: Mapping[str, RunMap] | None,
     systems: Sequence[str] | None,
-    exponential_qrels: bool,
-) -> tuple[list[str], dict[str, tuple[list[str], dict[str, np.ndarray]]]]:
-    """System names and, per metric, (query external ids, {system: per-query nDCG})
-    over the queries the metric labels. Rows are read with ``values_list`` into
-    arrays; every system's rankings are sorted once and scored against the three
-    label sets (RCP gains, Count gains, qrel grades)."""
+) -> DatasetRuns:
+    """Read one dataset's rankings, label sets and pools as ``rcp.leaderboard``
+    input (integer pks straight into arrays, no joins to external ids). Without a
+    fit only qrel grades label the queries."""
     preset = PROTOCOLS[proto]
     q_rows = sorted(Query.objects.filter(dataset=ds).values_list("id", "external_id"))
     q_pks = np.array([pk for pk, _ in q_rows], dtype=np.int64)
@@ -279,26 +298,26 @@ def _dataset_scores(
     s_pks = np.array([pk for pk, _ in sys_rows], dtype=np.int64)
     names = [name for _, name in sys_rows] + list(extra)
     runs = _ranking_rows(s_pks)
-    labels = {
-        "rcp_ndcg": _ids(
+    labels: dict[str, np.ndarray] = {}
+    if fit is not None:
+        labels["rcp_ndcg"] = _ids(
             DocumentAbility.objects.filter(
                 fit=fit, query__dataset=ds, gain__isnull=False
             ).values_list("query_id", "document_id", "gain"),
             3,
-        ),
-        "count_ndcg": _ids(
+        )
+        labels["count_ndcg"] = _ids(
             DocumentAbility.objects.filter(
                 fit=fit, query__dataset=ds, count_gain__isnull=False
             ).values_list("query_id", "document_id", "count_gain"),
             3,
+        )
+    labels["qrel_ndcg"] = _ids(
+        Qrel.objects.filter(query__dataset=ds).values_list(
+            "query_id", "document_id", "grade"
         ),
-        "qrel_ndcg": _ids(
-            Qrel.objects.filter(query__dataset=ds).values_list(
-                "query_id", "document_id", "grade"
-            ),
-            3,
-        ),
-    }
+        3,
+    )
     pools = _ids(
         PoolEntry.objects.filter(query__dataset=ds)
         .order_by("query_id", "rank")
@@ -308,7 +327,8 @@ def _dataset_scores(
     if preset.pool_only or preset.ties == "input_order":
         has_pool = np.zeros(len(q_ext), dtype=bool)
         has_pool[index_of(q_pks, pools[:, 0])] = True
-        labelled = np.unique(index_of(q_pks, labels["rcp_ndcg"][:, 0]))
+        first = "rcp_ndcg" if "rcp_ndcg" in labels else "qrel_ndcg"
+        labelled = np.unique(index_of(q_pks, labels[first][:, 0]))
         lacking = sorted(q_ext[j] for j in labelled if not has_pool[j])
         if lacking:
             raise ApplicationError(
@@ -340,57 +360,53 @@ def _dataset_scores(
         q_idx = np.concatenate([q_idx, more[:, 1].astype(np.int64)])
         doc_key = np.concatenate([doc_key, more[:, 2].astype(np.int64)])
         score = np.concatenate([score, more[:, 3]])
-
-    label_idx = {
-        m: (index_of(q_pks, rows[:, 0]), codes.of_pks(rows[:, 1]), rows[:, 2])
-        for m, rows in labels.items()
-    }
-    g_q, g_d, _g = label_idx["rcp_ndcg"]
-    hits = ranked_label_hits(sys_idx, q_idx, doc_key, g_q, g_d, len(names))
-    for i in np.flatnonzero(~hits):
-        _refuse_unmatched(ds, names[i], extra.get(names[i]), fit)
-
     has_pools = pools.shape[0] > 0
-    rankings = Rankings.from_rows(
-        sys_idx,
-        q_idx,
-        doc_key,
-        score,
-        n_systems=len(names),
-        n_queries=len(q_ext),
+    return DatasetRuns(
+        name=ds.name,
+        systems=names,
+        queries=q_ext,
         protocol=proto,
+        sys_idx=sys_idx,
+        q_idx=q_idx,
+        doc_key=doc_key,
+        score=score,
+        labels={
+            m: (index_of(q_pks, rows[:, 0]), codes.of_pks(rows[:, 1]), rows[:, 2])
+            for m, rows in labels.items()
+        },
         pool_query=index_of(q_pks, pools[:, 0]) if has_pools else None,
         pool_doc=codes.of_pks(pools[:, 1]) if has_pools else None,
     )
-    out: dict[str, tuple[list[str], dict[str, np.ndarray]]] = {}
-    for metric, (lq, ld, lg) in label_idx.items():
-        if lq.size == 0:
-            continue
-        if metric == "qrel_ndcg":
-            gains = qrel_gain_array(
-                lg, exponential=exponential_qrels, decimals=preset.qrel_decimals
-            )
-            positive = gains > 0
-            table = rankings.ndcg(
-                lq, ld, gains, k=k, ideal_query=lq[positive], ideal_gain=gains[positive]
-            )
-            # Queries without a positive qrel are undefined for every system: dropped.
-            keep = np.zeros(len(q_ext), dtype=bool)
-            keep[lq[positive]] = True
-        else:
-            table = rankings.ndcg(lq, ld, lg, k=k)
-            keep = np.zeros(len(q_ext), dtype=bool)
-            keep[lq] = True
-        order = sorted(np.flatnonzero(keep).tolist(), key=lambda j: q_ext[j])
-        out[metric] = (
-            [q_ext[j] for j in order],
-            {n: table[i, order] for i, n in enumerate(names)},
-        )
-    return names, out
+
+
+def dataset_query_scores(
+    *,
+    dataset: Dataset,
+    fit: CalibrationFit | None,
+    k: int,
+    protocol: str | None = None,
+    systems: Sequence[str] | None = None,
+    extra_runs: Mapping[str, RunMap] | None = None,
+    exponential_qrels: bool = False,
+) -> tuple[list[str], dict[str, QueryScores]]:
+    """Per-query RCP-, Count- and qrel-nDCG@k of the dataset's systems (all, or the
+    named ones): the one nDCG path of the platform (leaderboard and contest
+    sampling). ``fit`` None scores qrel-nDCG only. Refuses a run that ranks no
+    labelled document, naming an example of each side."""
+    proto = protocol or dataset.protocol
+    runs = _dataset_runs(dataset, fit, proto, extra_runs=extra_runs, systems=systems)
+    for i in unmatched_systems(runs):
+        name = runs.systems[i]
+        _refuse_unmatched(dataset, name, (extra_runs or {}).get(name), fit)
+    try:
+        scores = rcp_dataset_scores(runs, k=k, exponential_qrels=exponential_qrels)
+    except ValueError as exc:
+        raise ApplicationError(str(exc)) from exc
+    return runs.systems, scores
 
 
 def _refuse_unmatched(
-    dataset: Dataset, system: str, run: RunMap | None, fit: CalibrationFit
+    dataset: Dataset, system: str, run: RunMap | None, fit: CalibrationFit | None
 ) -> None:
     """Refuse a run that ranks no judged document, naming an example of each side."""
     if run is not None:
@@ -404,14 +420,22 @@ def _refuse_unmatched(
             .first()
         )
         ex_q, ex_d = first or ("(none)", "(none)")
-    judged = (
-        DocumentAbility.objects.filter(
-            fit=fit, query__dataset=dataset, gain__isnull=False
+    if fit is not None:
+        judged = (
+            DocumentAbility.objects.filter(
+                fit=fit, query__dataset=dataset, gain__isnull=False
+            )
+            .order_by("query_id", "-gain", "document_id")  # the best judged document
+            .values_list("query__external_id", "document__external_id")
+            .first()
         )
-        .order_by("query_id", "-gain", "document_id")  # the best judged document
-        .values_list("query__external_id", "document__external_id")
-        .first()
-    )
+    else:
+        judged = (
+            Qrel.objects.filter(query__dataset=dataset, grade__gt=0)
+            .order_by("query_id", "-grade", "document_id")
+            .values_list("query__external_id", "document__external_id")
+            .first()
+        )
     j_q, j_d = judged or ("(none)", "(none)")
     raise ApplicationError(
         f"system {system!r} matches no judged document of dataset {dataset.name!r}: "
@@ -419,16 +443,6 @@ def _refuse_unmatched(
         f"like {j_d!r} for query {j_q!r}",
         extra={"system": system, "example_query": ex_q, "example_doc": ex_d},
     )
-
-
-def _ranks(values: dict[str, float | None]) -> dict[str, int | None]:
-    """1-based ranks by value descending, ties by name; missing values unranked."""
-    present = sorted(
-        (n for n, v in values.items() if v is not None), key=lambda n: (-values[n], n)
-    )
-    out: dict[str, int | None] = {n: None for n in values}
-    out.update({n: i + 1 for i, n in enumerate(present)})
-    return out
 
 
 def leaderboard_compute(
@@ -440,17 +454,21 @@ def leaderboard_compute(
     systems: Sequence[str] | None = None,
     include_queries: bool = False,
     exponential_qrels: bool = False,
+    allow_unconverged: bool = False,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> dict[str, Any]:
     """RCP-, Count- and qrel-nDCG@k of every system, per dataset and as the suite
-    mean (mean over queries, then over datasets), with bootstrap CIs, paired t-tests
-    of every system pair (B minus A, A first by name), sensitivity and failure modes.
+    mean, with bootstrap CIs, paired t-tests of every pair, sensitivity and failure
+    modes (``rcp.leaderboard``).
 
-    Gains come from each dataset's latest done fit. ``extra_runs`` ({name: {query:
-    {doc: score}}}) scores unsaved runs (single dataset only). ``protocol`` None =
-    each dataset's own. Raises ApplicationError for a run matching no judged
-    document, NotFoundError for a dataset without a fit. Returns JSON-safe dicts.
+    Gains come from each dataset's newest finished fit (``fit_for_scoring``: an
+    unconverged one is refused unless ``allow_unconverged``, and then named in
+    ``warnings``). A dataset without any fit is scored by qrel-nDCG alone (as
+    trec_eval would); ``notices`` say that RCP columns need `calibrate` or
+    `import_gains`. ``extra_runs`` ({name: {query: {doc: score}}}) scores unsaved
+    runs (single dataset only). ``protocol`` None = each dataset's own. Returns
+    JSON-safe dicts.
     """
     if k < 1:
         raise ApplicationError("k must be at least 1")
@@ -463,142 +481,64 @@ def leaderboard_compute(
     if extra_runs and len(datasets) > 1:
         raise ApplicationError("score an uploaded run against one dataset at a time")
 
-    # per metric: list of (dataset name, query labels, {system: per-query array})
-    tables: dict[str, list[tuple[str, list[str], dict[str, np.ndarray]]]] = {
-        m: [] for m in METRICS
-    }
-    fits: dict[str, int] = {}
+    tables = []
+    fits: dict[str, int | None] = {}
+    fit_status: dict[str, str | None] = {}
     protocols: dict[str, str] = {}
-    all_systems: set[str] = set()
-    suite = len(datasets) > 1
+    warnings: list[str] = []
+    notices: list[str] = []
     for ds in datasets:
-        fit = fit_latest(dataset=ds)
-        fits[ds.name] = fit.pk
+        fit = fit_for_scoring(dataset=ds, allow_unconverged=allow_unconverged)
+        fits[ds.name] = fit.pk if fit else None
+        fit_status[ds.name] = fit.status if fit else None
+        if fit is not None and fit.status == FitStatus.UNCONVERGED:
+            warnings.append(
+                f"{ds.name}: scored with fit {fit.pk}, which did NOT converge "
+                f"({fit.error}); RCP and Count columns are not trustworthy"
+            )
+        if fit is None:
+            notices.append(
+                f"{ds.name}: no calibration yet, so only qrel-nDCG is shown (as "
+                "trec_eval computes it); RCP- and Count-nDCG need `calibrate` (after "
+                "judging) or `import_gains` (released labels)"
+            )
         proto = protocol or ds.protocol
         protocols[ds.name] = proto
-        ds_systems, per_metric = _dataset_scores(
-            ds,
-            fit,
-            proto,
+        names, scores = dataset_query_scores(
+            dataset=ds,
+            fit=fit,
             k=k,
-            extra_runs=extra_runs,
+            protocol=proto,
             systems=systems,
+            extra_runs=extra_runs,
             exponential_qrels=exponential_qrels,
         )
-        for metric, (qids, per_system) in per_metric.items():
-            labels_q = [f"{ds.name}||{q}" if suite else q for q in qids]
-            tables[metric].append((ds.name, labels_q, per_system))
-        all_systems.update(ds_systems)
-
-    names = sorted(all_systems)
-    rows: dict[str, dict[str, Any]] = {
-        n: {"system": n, "datasets": {}, "n_queries": {}} for n in names
-    }
-    rng_seed = seed
-    for metric in METRICS:
-        for n in names:
-            ds_means, ds_arrays = [], []
-            for ds_name, _labels, per_system in tables[metric]:
-                if n not in per_system:
-                    continue
-                v = per_system[n]
-                mean = float(np.nanmean(v)) if v.size else math.nan
-                rows[n]["datasets"].setdefault(ds_name, {})[metric] = mean
-                ds_means.append(mean)
-                ds_arrays.append(v[~np.isnan(v)])
-            rows[n][metric] = float(np.mean(ds_means)) if ds_means else None
-            rows[n]["n_queries"][metric] = int(sum(a.size for a in ds_arrays))
-            if ds_arrays and all(a.size for a in ds_arrays):
-                ci = rcp_stats.bootstrap_ci(
-                    ds_arrays, rng=rng_seed, n_boot=n_boot, alpha=ALPHA
-                )
-                rows[n][CI_KEYS[metric]] = [float(ci[0]), float(ci[1])]
-            else:
-                rows[n][CI_KEYS[metric]] = None
-            if include_queries:
-                rows[n].setdefault("per_query", {})[metric] = {
-                    q: float(x)
-                    for _d, labels, per_system in tables[metric]
-                    if n in per_system
-                    for q, x in zip(labels, per_system[n], strict=True)
-                }
-    ranks = {m: _ranks({n: rows[n][m] for n in names}) for m in METRICS}
-    for n in names:
-        rows[n]["rank"] = {m: ranks[m][n] for m in METRICS}
-
-    pairs: list[dict[str, Any]] = []
-    sensitivity: dict[str, float | None] = {}
-    failure: dict[str, dict[str, float] | None] = {}
-    for metric in METRICS:
-        blocks = tables[metric]
-        if not blocks or len(names) < 2:
-            sensitivity[metric] = None
-            failure[metric] = None
-            continue
-        width = sum(len(labels) for _d, labels, _p in blocks)
-        matrix = np.full((len(names), width), np.nan)
-        col = 0
-        for _d, labels, per_system in blocks:
-            for i, n in enumerate(names):
-                if n in per_system:
-                    matrix[i, col : col + len(labels)] = per_system[n]
-            col += len(labels)
-        tests = rcp_stats.pair_tests(matrix)
-        sep = tests.separated(ALPHA)
-        for a, b, delta, p, s in zip(
-            tests.i, tests.j, tests.delta, tests.p, sep, strict=True
-        ):
-            pairs.append(
-                {
-                    "a": names[a],
-                    "b": names[b],
-                    "metric": metric,
-                    "delta": float(delta),
-                    "p": float(p),
-                    "separated": bool(s),
-                    "tie_zone": bool(abs(delta) < rcp_stats.DECISIVE_MARGIN)
-                    if math.isfinite(delta)
-                    else True,
-                }
+        if not scores:
+            raise ApplicationError(
+                f"dataset {ds.name!r} has neither a calibration nor positive qrels: "
+                "nothing to score"
             )
-        per_ds = [
-            np.stack([per_system[n] for n in names if n in per_system])
-            for _d, _l, per_system in blocks
-            if sum(n in per_system for n in names) >= 2
-        ]
-        sensitivity[metric] = rcp_stats.sensitivity(per_ds, ALPHA) if per_ds else None
-        flags = {"saturation": 0, "floor": 0, "compression": 0}
-        n_cols = 0
-        for x in per_ds:
-            x = x[:, ~np.any(np.isnan(x), axis=0)]
-            if x.shape[1] == 0:
-                continue
-            fm = rcp_stats.failure_modes(x)
-            for key in flags:
-                flags[key] += int(getattr(fm, key).sum())
-            n_cols += x.shape[1]
-        failure[metric] = (
-            {key: v / n_cols for key, v in flags.items()} if n_cols else None
-        )
-
-    ordered = sorted(
-        rows.values(),
-        key=lambda r: (r["rcp_ndcg"] is None, -(r["rcp_ndcg"] or 0.0), r["system"]),
+        tables.append((ds.name, names, scores))
+    board = rcp_leaderboard(
+        tables,
+        k=k,
+        suite_labels=len(datasets) > 1,
+        include_queries=include_queries,
+        n_boot=n_boot,
+        seed=seed,
     )
     distinct = set(protocols.values())
-    return _clean(
-        {
-            "k": k,
-            "protocol": protocol or (distinct.pop() if len(distinct) == 1 else None),
-            "protocols": protocols,
-            "datasets": [d.name for d in datasets],
-            "fits": fits,
-            "systems": ordered,
-            "pairs": pairs,
-            "sensitivity": sensitivity,
-            "failure_modes": failure,
-        }
-    )
+    return {
+        **board,
+        "protocol": protocol or (distinct.pop() if len(distinct) == 1 else None),
+        "protocols": protocols,
+        "datasets": [d.name for d in datasets],
+        "fits": fits,
+        "fit_status": fit_status,
+        "warnings": warnings,
+        "notices": notices,
+        "qrel_only": all(f is None for f in fits.values()),
+    }
 
 
 def run_read(*, path: str | Path) -> dict[str, dict[str, float]]:

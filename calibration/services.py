@@ -11,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
@@ -23,14 +24,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
-from threadpoolctl import threadpool_limits
 
 from benchmarks.models import Dataset, Document, PoolEntry, Qrel, Query
 from judging.models import JudgmentWindow, Phase, Stage, WindowStatus
-from rcp import diagnostics as rcp_diagnostics
-from rcp.bt import fit_bt, ragged_window_pairs
-from rcp.gain import count_gain, pass_probabilities, rcp_gain
-from rcp.irt import aggregate_rubric, fit_calibration
+from rcp.fit import Calibration, CalibrationInputError, Judgments
+from rcp.fit import calibrate as rcp_calibrate
 from rcp_platform.exceptions import ApplicationError
 
 from .models import (
@@ -45,8 +43,9 @@ from .models import (
 
 ProgressFn = Callable[[str, int, int], None]
 CRITERIA = ["C1", "C2", "C3", "C4", "C5"]
-INVALID_FLAG_SHARE = 0.05
 BATCH_SIZE = 5000
+DEFAULT_MAXITER = 100  # Newton iterations of the 2PL (converges in ~10)
+HEARTBEAT_SECONDS = 5.0
 EXPORT_COLUMNS = ["query_id", "doc_id", "theta", "gain", "count_gain", "qrel"]
 
 
@@ -68,23 +67,20 @@ def _mode_value(mode: str) -> str:
 
 
 @dataclass
-class _QueryData:
-    """One query's windows, with documents indexed locally by external id."""
+class _Read:
+    """Judgment windows of a suite as ``rcp.fit.Judgments`` plus what the rows need
+    to be written back: query pks/labels per query index, document pk/external id
+    per document row, window counts per query."""
 
-    pk: int
-    label: str
-    docs: dict[str, int] = field(default_factory=dict)
-    # Stage A windows, flat: window i holds the next sizes[i] documents and scores.
-    window_sizes: list[int] = field(default_factory=list)
-    window_docs: list[int] = field(default_factory=list)
-    window_scores: list[float] = field(default_factory=list)
-    placements: list[int] = field(default_factory=list)
-    answers: list[list[int]] = field(default_factory=list)
-    tournament_windows: int = 0
-    rubric_windows: int = 0
-
-    def local(self, doc_ids: Iterable[str]) -> list[int]:
-        return [self.docs.setdefault(d, len(self.docs)) for d in doc_ids]
+    family: str
+    judgments: Judgments
+    query_pks: list[int]
+    labels: list[str]
+    doc_pks: np.ndarray
+    doc_ext: list[str]
+    counts: dict[str, np.ndarray]
+    malformed: int
+    queries_without_windows: int
 
 
 def _choose_family(windows: Any, family: str | None, names: list[str]) -> str:
@@ -108,10 +104,15 @@ def _choose_family(windows: Any, family: str | None, names: list[str]) -> str:
     return family
 
 
-def _load_windows(
+def _read_judgments(
     datasets: Sequence[Dataset], family: str | None, progress: ProgressFn
-) -> tuple[str, list[_QueryData], dict[str, Any]]:
-    """Read valid done windows of one family into per-query arrays; count the rest."""
+) -> _Read:
+    """Valid done windows of one family as flat arrays (documents indexed per query
+    by external id, queries in label order); invalid ones only counted.
+
+    Runs outside any transaction: each read is its own statement, so imports and
+    judging keep writing meanwhile (SQLite runs in WAL mode).
+    """
     names = [d.name for d in datasets]
     suite = len(datasets) > 1
     ds_name = {d.pk: d.name for d in datasets}
@@ -126,38 +127,56 @@ def _load_windows(
             "id", "dataset_id", "external_id"
         )
     }
-    counts: dict[int, dict[str, int]] = {}
+    raw_counts: dict[int, dict[str, int]] = {}
     for qid, stage, valid, phase, n in (
         done.order_by()
         .values_list("query_id", "stage", "valid", "phase")
         .annotate(n=Count("id"))
     ):
-        c = counts.setdefault(qid, {})
+        c = raw_counts.setdefault(qid, {})
         key = f"{stage}_{'valid' if valid else 'invalid'}"
         c[key] = c.get(key, 0) + n
         if not valid and stage == Stage.TOURNAMENT and phase == Phase.ADAPTIVE:
             c["adaptive_invalid"] = c.get("adaptive_invalid", 0) + n
+    ordered = sorted(raw_counts, key=lambda k: labels[k])
+    q_index = {pk: j for j, pk in enumerate(ordered)}
+    total = sum(
+        c.get("tournament_valid", 0) + c.get("rubric_valid", 0)
+        for c in raw_counts.values()
+    )
 
-    queries: dict[int, _QueryData] = {}
+    doc_rows: dict[tuple[int, str], int] = {}
+    doc_query: list[int] = []
+
+    def rows_of(j: int, doc_ids: list[str]) -> list[int]:
+        out = []
+        for d in doc_ids:
+            r = doc_rows.get((j, d))
+            if r is None:
+                r = doc_rows[j, d] = len(doc_query)
+                doc_query.append(j)
+            out.append(r)
+        return out
+
+    t_size: list[int] = []
+    t_doc: list[int] = []
+    t_score: list[float] = []
+    r_doc: list[int] = []
+    r_answers: list[list[int]] = []
     malformed = 0
     n_criteria: int | None = None
-    total = sum(
-        c.get("tournament_valid", 0) + c.get("rubric_valid", 0) for c in counts.values()
-    )
     seen = 0
     rows = (
         done.filter(valid=True)
         .order_by("query_id", "stage", "seq")
         .values_list("query_id", "stage", "doc_ids", "scores", "answers")
-        .iterator(chunk_size=2000)
+        .iterator(chunk_size=5000)
     )
     for qid, stage, doc_ids, scores, answers in rows:
         seen += 1
         if seen % 5000 == 0:
             progress("windows read", seen, total)
-        q = queries.get(qid)
-        if q is None:
-            q = queries[qid] = _QueryData(pk=qid, label=labels[qid])
+        j = q_index[qid]
         doc_ids = [str(d) for d in doc_ids or []]
         if stage == Stage.TOURNAMENT:
             if (
@@ -167,10 +186,9 @@ def _load_windows(
             ):
                 malformed += 1
                 continue
-            q.window_docs.extend(q.local(doc_ids))
-            q.window_scores.extend(scores)
-            q.window_sizes.append(len(doc_ids))
-            q.tournament_windows += 1
+            t_doc.extend(rows_of(j, doc_ids))
+            t_score.extend(scores)
+            t_size.append(len(doc_ids))
         else:
             if not isinstance(answers, list) or len(answers) != len(doc_ids):
                 malformed += 1
@@ -181,59 +199,78 @@ def _load_windows(
             if any(len(v) != n_criteria or set(v) - {0, 1} for v in verdicts):
                 malformed += 1
                 continue
-            q.placements.extend(q.local(doc_ids))
-            q.answers.extend(verdicts)
-            q.rubric_windows += 1
+            r_doc.extend(rows_of(j, doc_ids))
+            r_answers.extend(verdicts)
     progress("windows read", seen, total)
-    ordered = [queries[k] for k in sorted(queries, key=lambda k: labels[k])]
-    meta = {
-        "family": family,
-        "counts": counts,
-        "malformed": malformed,
-        "n_criteria": n_criteria or len(CRITERIA),
-        "labels": labels,
-    }
-    return family, ordered, meta
 
-
-def _resolve_documents(
-    datasets: Sequence[Dataset], queries: list[_QueryData]
-) -> dict[int, dict[str, int]]:
-    """External doc id -> pk per query: pool first, then the dataset's corpus."""
+    # Document pks: the query's pool first, then the dataset's corpus.
+    ds_of = dict(
+        Query.objects.filter(dataset__in=datasets).values_list("id", "dataset_id")
+    )
     pool: dict[int, dict[str, int]] = {}
     for qid, ext, pk in PoolEntry.objects.filter(
         query__dataset__in=datasets
     ).values_list("query_id", "document__external_id", "document_id"):
         pool.setdefault(qid, {})[ext] = pk
-    ds_of = dict(
-        Query.objects.filter(dataset__in=datasets).values_list("id", "dataset_id")
-    )
     missing: dict[int, set[str]] = {}
-    for q in queries:
-        known = pool.get(q.pk, {})
-        missing.setdefault(ds_of[q.pk], set()).update(
-            d for d in q.docs if d not in known
-        )
+    for (j, ext), _r in doc_rows.items():
+        if ext not in pool.get(ordered[j], {}):
+            missing.setdefault(ds_of[ordered[j]], set()).add(ext)
     corpus: dict[int, dict[str, int]] = {}
     for ds, ext_ids in missing.items():
         wanted = sorted(ext_ids)
-        for i in range(0, len(wanted), 900):
+        for i in range(0, len(wanted), 900):  # SQLite's bound-parameter limit
             corpus.setdefault(ds, {}).update(
                 Document.objects.filter(
                     dataset_id=ds, external_id__in=wanted[i : i + 900]
                 ).values_list("external_id", "id")
             )
-    out: dict[int, dict[str, int]] = {}
-    for q in queries:
-        known = {**corpus.get(ds_of[q.pk], {}), **pool.get(q.pk, {})}
-        unknown = [d for d in q.docs if d not in known]
-        if unknown:
+    doc_pks = np.zeros(len(doc_query), dtype=np.int64)
+    doc_ext = [""] * len(doc_query)
+    for (j, ext), r in doc_rows.items():
+        qpk = ordered[j]
+        pk = pool.get(qpk, {}).get(ext) or corpus.get(ds_of[qpk], {}).get(ext)
+        if pk is None:
             raise ApplicationError(
-                f"judgment windows of query {q.label!r} name document {unknown[0]!r}, "
-                f"which is not in its dataset ({len(unknown)} unknown ids)"
+                f"judgment windows of query {labels[qpk]!r} name document {ext!r}, "
+                "which is not in its dataset"
             )
-        out[q.pk] = {d: known[d] for d in q.docs}
-    return out
+        doc_pks[r], doc_ext[r] = pk, ext
+
+    n_q = len(ordered)
+    counts = {
+        key: np.array([raw_counts[pk].get(key, 0) for pk in ordered], dtype=np.int64)
+        for key in (
+            "tournament_valid",
+            "tournament_invalid",
+            "rubric_valid",
+            "rubric_invalid",
+            "adaptive_invalid",
+        )
+    }
+    n_crit = n_criteria or len(CRITERIA)
+    judgments = Judgments(
+        n_queries=n_q,
+        doc_query=np.asarray(doc_query, dtype=np.int64),
+        t_size=np.asarray(t_size, dtype=np.int64),
+        t_doc=np.asarray(t_doc, dtype=np.int64),
+        t_score=np.asarray(t_score, dtype=np.float64),
+        r_doc=np.asarray(r_doc, dtype=np.int64),
+        r_answers=np.asarray(r_answers, dtype=np.int8).reshape(-1, n_crit),
+        windows=counts,
+    )
+    all_queries = Query.objects.filter(dataset__in=datasets).count()
+    return _Read(
+        family=family,
+        judgments=judgments,
+        query_pks=ordered,
+        labels=[labels[pk] for pk in ordered],
+        doc_pks=doc_pks,
+        doc_ext=doc_ext,
+        counts=counts,
+        malformed=malformed,
+        queries_without_windows=all_queries - n_q,
+    )
 
 
 def _fingerprint(mode: str, items: dict, query_rows: list, thetas: list) -> str:
@@ -246,260 +283,148 @@ def _finite(x: float) -> float | None:
     return float(x) if x is not None and math.isfinite(x) else None
 
 
-def _fit_into(fit: CalibrationFit, progress: ProgressFn) -> CalibrationFit:
-    """Fit ``fit.datasets`` from judgment windows and store items, rows, diagnostics.
+def _verdict(cal: Calibration) -> tuple[str, str]:
+    """Status and the reason shown beside it: done only when every optimiser
+    converged (DESIGN: an unconverged fit is never shown as a result)."""
+    if cal.converged:
+        return FitStatus.DONE, ""
+    opt = cal.optimizer
+    reasons = []
+    if not opt.get("converged", False):
+        what = opt.get("message") or "the optimiser did not converge"
+        reasons.append(f"2PL fit: {what}")
+    bt = opt.get("bt", {})
+    if bt.get("converged", 0) != bt.get("fits", 0):
+        reasons.append(
+            f"BT fits of {bt['fits'] - bt['converged']} queries did not converge"
+        )
+    return FitStatus.UNCONVERGED, "; ".join(reasons)
 
-    Caller holds the transaction. Raises ApplicationError on missing or unusable data.
-    """
-    datasets = list(fit.datasets.order_by("name"))
-    family, queries, meta = _load_windows(datasets, fit.family or None, progress)
-    doc_pk = _resolve_documents(datasets, queries)
-    n_crit = meta["n_criteria"]
 
-    # Stage A: one cold BT fit per query over its valid windows. All pairs of a
-    # query come from one vectorised call; BLAS stays on one thread, since a small
-    # dense solve costs many times more CPU when handed between threads.
-    q_index, th_bt, se_bt = [], [], []
-    unit_rows: list[np.ndarray] = []
-    unit_answers: list[np.ndarray] = []
-    row_offset = 0
-    with threadpool_limits(limits=1):
-        for j, q in enumerate(queries):
-            n_docs = len(q.docs)
-            theta = np.full(n_docs, np.nan)
-            se = np.full(n_docs, np.nan)
-            if q.window_sizes:
-                docs = np.asarray(q.window_docs, dtype=np.int64)
-                parts = ragged_window_pairs(
-                    np.asarray(q.window_sizes),
-                    docs,
-                    np.asarray(q.window_scores, dtype=np.float64),
-                )
-                res = fit_bt(*parts, n_docs)
-                seen = np.unique(docs)
-                theta[seen], se[seen] = res.theta[seen], res.se[seen]
-            q_index.extend([j] * n_docs)
-            th_bt.append(theta)
-            se_bt.append(se)
-            if q.placements:
-                unit_rows.append(np.asarray(q.placements) + row_offset)
-                unit_answers.append(np.asarray(q.answers, dtype=np.int64))
-            row_offset += n_docs
-            progress("BT fits", j + 1, len(queries))
-    n_rows = row_offset
-    query_idx = np.asarray(q_index, dtype=np.int64)
-    theta_bt = np.concatenate(th_bt) if th_bt else np.zeros(0)
-    theta_bt_se = np.concatenate(se_bt) if se_bt else np.zeros(0)
-    unit = np.concatenate(unit_rows) if unit_rows else np.zeros(0, dtype=np.int64)
-    answers = (
-        np.concatenate(unit_answers) if unit_answers else np.zeros((0, n_crit), int)
-    )
-    n = np.zeros(n_rows)
-    passes = np.zeros((n_rows, n_crit))
-    if unit.size:
-        units, n_u, passes_u = aggregate_rubric(unit, answers)
-        n[units], passes[units] = n_u, passes_u
-
-    # Mode: auto = tournament if every query has BT abilities, rubric-only if none.
-    n_q = len(queries)
-    has_bt = np.array([bool(q.window_sizes) for q in queries], dtype=bool)
-    mode = fit.requested_mode
-    if mode == RequestedMode.AUTO:
-        if has_bt.all():
-            mode = RequestedMode.TOURNAMENT
-        elif not has_bt.any():
-            mode = RequestedMode.RUBRIC_ONLY
-        else:
-            missing = [q.label for q, b in zip(queries, has_bt, strict=True) if not b]
-            raise ApplicationError(
-                f"mixed coverage: {int(has_bt.sum())} of {n_q} queries have "
-                f"tournament windows (without: {', '.join(missing[:5])}"
-                f"{' …' if len(missing) > 5 else ''}); judge Stage A for them or "
-                "use --mode rubric-only"
-            )
-    if not (n > 0).any():
-        raise ApplicationError("no valid rubric (Stage B) windows to calibrate")
-    progress("2PL fit", 0, 1)
-    try:
-        if mode == RequestedMode.TOURNAMENT:
-            if not has_bt.any():
-                raise ApplicationError("tournament mode needs Stage A windows")
-            res = fit_calibration(
-                query_idx,
-                n,
-                passes,
-                theta_bt=theta_bt,
-                theta_bt_se=theta_bt_se,
-                n_queries=n_q,
-                mode="tournament",
-            )
-            theta, theta_se = res.theta, res.theta_se
-            tau, alpha = res.tau, res.alpha
-            has_rubric = res.query_has_rubric
-            extra = {"skipped_rows": res.n_skipped}
-        else:
-            rows = np.flatnonzero(n > 0)
-            res = fit_calibration(
-                query_idx[rows], n[rows], passes[rows], mode="rubric_only"
-            )
-            theta = np.full(n_rows, np.nan)
-            theta_se = np.full(n_rows, np.nan)
-            theta[rows], theta_se[rows] = res.theta, res.theta_se
-            tau = alpha = np.full(n_q, np.nan)
-            has_rubric = np.bincount(query_idx[rows], minlength=n_q) > 0
-            extra = {
-                "prior_mean": res.prior_mean,
-                "prior_sd": res.prior_sd,
-                "ordinal_only": res.ordinal_only,
-            }
-    except ValueError as exc:
-        raise ApplicationError(f"calibration failed: {exc}") from exc
-    progress("2PL fit", 1, 1)
-
-    gamma, beta = np.asarray(res.gamma), np.asarray(res.beta)
-    gains = np.where(np.isnan(theta), np.nan, rcp_gain(theta, gamma, beta))
-    counts_g = np.where(n > 0, count_gain(passes, n), np.nan)
+def _write_fit(
+    fit: CalibrationFit, read: _Read, cal: Calibration, progress: ProgressFn
+) -> CalibrationFit:
+    """Store a computed calibration in one short transaction: items, one row per
+    query and per document, diagnostics, fingerprint, final status."""
+    j = read.judgments
+    n_crit = cal.gamma.size
     items = {
         "criteria": CRITERIA[:n_crit]
         if n_crit <= len(CRITERIA)
         else [f"C{i + 1}" for i in range(n_crit)],
-        "gamma": gamma.tolist(),
-        "beta": beta.tolist(),
+        "gamma": cal.gamma.tolist(),
+        "beta": cal.beta.tolist(),
     }
-
-    # Diagnostics: reliability of predicted pass probabilities, local dependence.
-    calibrated = ~np.isnan(theta) & (n > 0)
-    pred = pass_probabilities(np.where(np.isnan(theta), 0.0, theta), gamma, beta)
-    rel = rcp_diagnostics.reliability(
-        pred[calibrated], n[calibrated], passes[calibrated]
-    )
-    keep = ~np.isnan(theta[unit]) if unit.size else np.zeros(0, bool)
-    corr = rcp_diagnostics.criterion_correlation(
-        answers[keep], pred[unit[keep]] if unit.size else np.zeros((0, n_crit))
-    )
-    counts = meta["counts"]
-    flagged, uncal_queries = [], []
-    inv_t = inv_r = tot_t = tot_r = 0
-    for j, q in enumerate(queries):
-        c = counts.get(q.pk, {})
-        tv, ti = c.get("tournament_valid", 0), c.get("tournament_invalid", 0)
-        rv, ri = c.get("rubric_valid", 0), c.get("rubric_invalid", 0)
-        tot_t, inv_t, tot_r, inv_r = (
-            tot_t + tv + ti,
-            inv_t + ti,
-            tot_r + rv + ri,
-            inv_r + ri,
-        )
-        if (
-            (tv + ti and ti / (tv + ti) > INVALID_FLAG_SHARE)
-            or (rv + ri and ri / (rv + ri) > INVALID_FLAG_SHARE)
-            or c.get("adaptive_invalid", 0)
-        ):
-            flagged.append(q.label)
-        if not has_rubric[j]:
-            uncal_queries.append(q.label)
-    all_queries = Query.objects.filter(dataset__in=datasets).count()
+    counts = read.counts
+    flagged = [read.labels[q] for q in cal.flagged()]
+    by_code: dict[str, list[str]] = {}
+    for q, flags in enumerate(cal.query_flags):
+        for code in flags:
+            by_code.setdefault(code, []).append(read.labels[q])
+    tot = {k: int(v.sum()) for k, v in counts.items()}
+    tot_t = tot["tournament_valid"] + tot["tournament_invalid"]
+    tot_r = tot["rubric_valid"] + tot["rubric_invalid"]
+    status, reason = _verdict(cal)
     diagnostics = {
-        "optimizer": {
-            "loss": res.loss,
-            "converged": res.converged,
-            "iterations": res.n_iter,
-            **extra,
-        },
-        "reliability": rel,
-        "criterion_correlation": corr,
-        "tau": rcp_diagnostics.spread(tau),
+        "optimizer": cal.optimizer,
+        **cal.diagnostics,
         "coverage": {
-            "queries": n_q,
-            "queries_without_windows": all_queries - n_q,
-            "documents": n_rows,
-            "uncalibrated_documents": int(np.isnan(theta).sum()),
-            "uncalibrated_queries": uncal_queries,
+            "queries": j.n_queries,
+            "queries_without_windows": read.queries_without_windows,
+            "documents": int(j.doc_query.size),
+            "uncalibrated_documents": int(np.isnan(cal.theta).sum()),
+            "uncalibrated_queries": by_code.get("no_rubric", []),
             "flagged_queries": flagged,
+            "flags": {code: len(qs) for code, qs in sorted(by_code.items())},
             "windows": {"tournament": tot_t, "rubric": tot_r},
-            "invalid_windows": {"tournament": inv_t, "rubric": inv_r},
-            "invalid_share": {
-                "tournament": inv_t / tot_t if tot_t else 0.0,
-                "rubric": inv_r / tot_r if tot_r else 0.0,
+            "invalid_windows": {
+                "tournament": tot["tournament_invalid"],
+                "rubric": tot["rubric_invalid"],
             },
-            "malformed_windows": meta["malformed"],
-            "placements": int(n.sum()),
+            "invalid_share": {
+                "tournament": tot["tournament_invalid"] / tot_t if tot_t else 0.0,
+                "rubric": tot["rubric_invalid"] / tot_r if tot_r else 0.0,
+            },
+            "malformed_windows": read.malformed,
+            "placements": int(cal.placements.sum()),
         },
     }
-
-    # Rows.
-    progress("writing rows", 0, n_rows)
+    per_query_docs = np.bincount(j.doc_query, minlength=j.n_queries)
     query_objs = []
     fp_queries = []
-    for j, q in enumerate(queries):
-        c = counts.get(q.pk, {})
+    for q, pk in enumerate(read.query_pks):
         query_objs.append(
             QueryCalibration(
                 fit=fit,
-                query_id=q.pk,
-                tau=_finite(tau[j]),
-                alpha=_finite(alpha[j]),
-                has_rubric=bool(has_rubric[j]),
-                n_documents=len(q.docs),
-                tournament_windows=q.tournament_windows,
-                rubric_windows=q.rubric_windows,
-                invalid_windows=c.get("tournament_invalid", 0)
-                + c.get("rubric_invalid", 0),
-                flagged=q.label in flagged,
+                query_id=pk,
+                tau=_finite(cal.tau[q]),
+                alpha=_finite(cal.alpha[q]),
+                has_rubric=bool(cal.query_has_rubric[q]),
+                n_documents=int(per_query_docs[q]),
+                tournament_windows=int(counts["tournament_valid"][q]),
+                rubric_windows=int(counts["rubric_valid"][q]),
+                invalid_windows=int(
+                    counts["tournament_invalid"][q] + counts["rubric_invalid"][q]
+                ),
+                flags=list(cal.query_flags[q]),
+                flagged=bool(cal.query_flags[q]),
             )
         )
-        fp_queries.append([q.label, _finite(tau[j]), _finite(alpha[j])])
-    QueryCalibration.objects.bulk_create(query_objs, batch_size=BATCH_SIZE)
-    ability_objs = []
-    fp_thetas = []
-    r = 0
-    for q in queries:
-        pks = doc_pk[q.pk]
-        for ext in q.docs:
-            ability_objs.append(
-                DocumentAbility(
-                    fit=fit,
-                    query_id=q.pk,
-                    document_id=pks[ext],
-                    theta_bt=_finite(theta_bt[r]),
-                    theta_bt_se=_finite(theta_bt_se[r]),
-                    theta=_finite(theta[r]),
-                    theta_se=_finite(theta_se[r]),
-                    gain=_finite(gains[r]),
-                    count_gain=_finite(counts_g[r]),
-                    placements=int(n[r]),
-                )
-            )
-            fp_thetas.append([q.label, ext, _finite(theta[r])])
-            r += 1
-        if len(ability_objs) >= BATCH_SIZE:
-            DocumentAbility.objects.bulk_create(ability_objs, batch_size=BATCH_SIZE)
-            ability_objs = []
-            progress("writing rows", r, n_rows)
-    DocumentAbility.objects.bulk_create(ability_objs, batch_size=BATCH_SIZE)
-    progress("writing rows", n_rows, n_rows)
-
-    fit.family = family
-    fit.mode = mode
+        fp_queries.append([read.labels[q], _finite(cal.tau[q]), _finite(cal.alpha[q])])
+    # Rows grouped by query, documents in first-seen order (as read).
+    order = np.argsort(j.doc_query, kind="stable")
+    ability_objs = [
+        DocumentAbility(
+            fit=fit,
+            query_id=read.query_pks[j.doc_query[r]],
+            document_id=int(read.doc_pks[r]),
+            theta_bt=_finite(cal.theta_bt[r]),
+            theta_bt_se=_finite(cal.theta_bt_se[r]),
+            theta=_finite(cal.theta[r]),
+            theta_se=_finite(cal.theta_se[r]),
+            gain=_finite(cal.gain[r]),
+            count_gain=_finite(cal.count_gain[r]),
+            placements=int(cal.placements[r]),
+        )
+        for r in order.tolist()
+    ]
+    fp_thetas = [
+        [read.labels[j.doc_query[r]], read.doc_ext[r], _finite(cal.theta[r])]
+        for r in order.tolist()
+    ]
+    fit.family = read.family
+    fit.mode = cal.mode
     fit.items = items
     fit.diagnostics = _json_safe(diagnostics)
-    fit.fingerprint = _fingerprint(mode, items, fp_queries, fp_thetas)
-    fit.status = FitStatus.DONE
-    fit.error = ""
+    fit.fingerprint = _fingerprint(cal.mode, items, fp_queries, fp_thetas)
+    fit.status = status
+    fit.converged = cal.converged
+    fit.error = reason
     fit.finished_at = timezone.now()
     fit.full_clean()
-    fit.save(
-        update_fields=[
-            "family",
-            "mode",
-            "items",
-            "diagnostics",
-            "fingerprint",
-            "status",
-            "error",
-            "finished_at",
-        ]
-    )
+    progress("writing rows", 0, len(ability_objs))
+    with transaction.atomic():
+        QueryCalibration.objects.bulk_create(query_objs, batch_size=BATCH_SIZE)
+        for i in range(0, len(ability_objs), BATCH_SIZE):
+            DocumentAbility.objects.bulk_create(ability_objs[i : i + BATCH_SIZE])
+            progress(
+                "writing rows",
+                min(i + BATCH_SIZE, len(ability_objs)),
+                len(ability_objs),
+            )
+        fit.save(
+            update_fields=[
+                "family",
+                "mode",
+                "items",
+                "diagnostics",
+                "fingerprint",
+                "status",
+                "converged",
+                "error",
+                "finished_at",
+            ]
+        )
     return fit
 
 
@@ -509,6 +434,8 @@ def _json_safe(value: Any) -> Any:
         return {str(k): _json_safe(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _json_safe(value.tolist())
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, float) and not math.isfinite(value):
@@ -527,21 +454,88 @@ def _fit_new(
 ) -> CalibrationFit:
     if not datasets:
         raise ApplicationError("name at least one dataset")
+    now = timezone.now()
     fit = CalibrationFit(
         source=source,
         requested_mode=_mode_value(mode),
         family=family or "",
         status=status,
         created_by=created_by if getattr(created_by, "pk", None) else None,
-        started_at=timezone.now() if status == FitStatus.RUNNING else None,
+        started_at=now if status == FitStatus.RUNNING else None,
+        heartbeat_at=now if status == FitStatus.RUNNING else None,
     )
     fit.full_clean()
-    fit.save()
-    fit.datasets.set(datasets)
+    with transaction.atomic():
+        fit.save()
+        fit.datasets.set(datasets)
     return fit
 
 
-@transaction.atomic
+class _Heartbeat:
+    """Progress callback that also proves the fit alive: at most every
+    HEARTBEAT_SECONDS it stamps ``heartbeat_at`` (its own short write)."""
+
+    def __init__(self, fit_id: int, progress: ProgressFn) -> None:
+        self.fit_id, self.progress = fit_id, progress
+        self.last = time.monotonic()
+
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        self.progress(stage, done, total)
+        now = time.monotonic()
+        if now - self.last >= HEARTBEAT_SECONDS:
+            self.last = now
+            CalibrationFit.objects.filter(
+                pk=self.fit_id, status=FitStatus.RUNNING
+            ).update(heartbeat_at=timezone.now())
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=float(getattr(settings, "CALIBRATION_FIT_LEASE", 300)))
+
+
+def _run_fit(
+    fit: CalibrationFit, progress: ProgressFn, *, maxiter: int
+) -> CalibrationFit:
+    """Compute outside any transaction, then write in one short transaction. Any
+    exception marks the fit failed with its message (and is re-raised)."""
+    beat = _Heartbeat(fit.pk, progress)
+    try:
+        datasets = list(fit.datasets.order_by("name"))
+        read = _read_judgments(datasets, fit.family or None, beat)
+        beat("2PL fit", 0, 1)
+        try:
+            cal = rcp_calibrate(
+                read.judgments,
+                mode=fit.requested_mode,  # type: ignore[arg-type]
+                maxiter=maxiter,
+                progress=beat,
+            )
+        except CalibrationInputError as exc:
+            labels = read.labels
+            message = str(exc)
+            if "queries [" in message:  # name the queries, not their indices
+                idx = [
+                    int(x)
+                    for x in message.split("queries [", 1)[1].split("]")[0].split(",")
+                    if x.strip()
+                ]
+                message = message.split("(without:")[0] + (
+                    f"(without: {', '.join(labels[i] for i in idx)}); judge Stage A "
+                    "for them or use --mode rubric-only"
+                )
+            raise ApplicationError(f"calibration failed: {message}") from exc
+        beat("2PL fit", 1, 1)
+        return _write_fit(fit, read, cal, beat)
+    except Exception as exc:
+        message = exc.message if isinstance(exc, ApplicationError) else repr(exc)
+        CalibrationFit.objects.filter(pk=fit.pk).update(
+            status=FitStatus.FAILED,
+            error=message[:5000],
+            finished_at=timezone.now(),
+        )
+        raise
+
+
 def calibration_fit(
     *,
     datasets: Sequence[Dataset],
@@ -549,14 +543,18 @@ def calibration_fit(
     family: str | None = None,
     created_by: Any = None,
     progress: ProgressFn | None = None,
+    maxiter: int = DEFAULT_MAXITER,
 ) -> CalibrationFit:
-    """Calibrate ``datasets`` (several = one suite with shared items) synchronously.
+    """Calibrate ``datasets`` (several = one suite with shared items) in this process.
 
-    Reads valid done windows of one judge family, fits BT per query then the 2PL,
-    stores items, per-query tau/alpha, per-document abilities and gains. Atomic:
-    raises ApplicationError (no data, mixed coverage, several families) and writes
-    nothing.
+    Creates a running fit, reads valid done windows of one judge family, fits BT
+    per query then the 2PL (``rcp.fit.calibrate``) outside any transaction, then
+    stores items, per-query tau/alpha/flags and per-document abilities and gains in
+    one short transaction. Ends ``done`` only if every optimiser converged, else
+    ``unconverged`` with the reason. On any error the fit ends ``failed`` with the
+    message, and the error is raised (ApplicationError for bad input).
     """
+    fits_reap_stale()
     fit = _fit_new(
         datasets=datasets,
         mode=mode,
@@ -564,7 +562,7 @@ def calibration_fit(
         created_by=created_by,
         status=FitStatus.RUNNING,
     )
-    return _fit_into(fit, progress or _noop)
+    return _run_fit(fit, progress or _noop, maxiter=maxiter)
 
 
 @transaction.atomic
@@ -590,35 +588,79 @@ def calibration_fit_request(
     return fit
 
 
+def fits_reap_stale(*, now: datetime | None = None) -> int:
+    """Mark running fits whose heartbeat is older than the lease failed (their
+    worker died); returns how many. They can be run again (``calibration_fit_retry``)."""
+    now = now or timezone.now()
+    stale = now - _lease()
+    return CalibrationFit.objects.filter(
+        Q(status=FitStatus.RUNNING)
+        & (
+            Q(heartbeat_at__lt=stale)
+            | Q(heartbeat_at__isnull=True, started_at__lt=stale)
+        )
+    ).update(
+        status=FitStatus.FAILED,
+        error=(
+            "the worker running this fit stopped sending heartbeats (lost worker?); "
+            "run it again"
+        ),
+        finished_at=now,
+    )
+
+
+@transaction.atomic
+def calibration_fit_retry(*, fit: CalibrationFit) -> CalibrationFit:
+    """Queue a failed (or stale running) fit again: its partial rows, if any, are
+    removed and it becomes pending; the task runs it on commit."""
+    from . import tasks
+
+    fits_reap_stale()
+    updated = CalibrationFit.objects.filter(
+        pk=fit.pk, status=FitStatus.FAILED, source=FitSource.JUDGMENTS
+    ).update(
+        status=FitStatus.PENDING,
+        error="",
+        started_at=None,
+        heartbeat_at=None,
+        finished_at=None,
+    )
+    if not updated:
+        raise ApplicationError(
+            f"fit {fit.pk} is {fit.status}: only a failed fit can be run again"
+        )
+    QueryCalibration.objects.filter(fit=fit).delete()
+    DocumentAbility.objects.filter(fit=fit).delete()
+    transaction.on_commit(lambda: tasks.calibration_fit_run.delay(fit.pk))
+    fit.refresh_from_db()
+    return fit
+
+
 def calibration_fit_run(
-    *, fit_id: int, progress: ProgressFn | None = None
+    *, fit_id: int, progress: ProgressFn | None = None, maxiter: int = DEFAULT_MAXITER
 ) -> CalibrationFit | None:
     """Run a pending fit; safe to call twice.
 
-    Claims the fit by compare-and-set (pending, or running past the task time limit
-    after a lost worker) and returns None if someone else has it or it is finished.
-    The fit itself is one transaction; an ApplicationError marks the fit failed.
+    Claims the fit by compare-and-set (pending, or running with a heartbeat older
+    than the lease after a lost worker) and returns None if someone else has it or
+    it is finished. Bad input ends the fit failed (returned, not raised).
     """
     now = timezone.now()
-    stale = now - timedelta(seconds=settings.CELERY_TASK_TIME_LIMIT)
+    stale = now - _lease()
     claimed = (
         CalibrationFit.objects.filter(pk=fit_id)
         .filter(
             Q(status=FitStatus.PENDING)
-            | Q(status=FitStatus.RUNNING, started_at__lt=stale)
+            | Q(status=FitStatus.RUNNING, heartbeat_at__lt=stale)
         )
-        .update(status=FitStatus.RUNNING, started_at=now)
+        .update(status=FitStatus.RUNNING, started_at=now, heartbeat_at=now)
     )
     if not claimed:
         return None
     fit = CalibrationFit.objects.get(pk=fit_id)
     try:
-        with transaction.atomic():
-            return _fit_into(fit, progress or _noop)
-    except ApplicationError as exc:
-        CalibrationFit.objects.filter(pk=fit_id).update(
-            status=FitStatus.FAILED, error=exc.message, finished_at=timezone.now()
-        )
+        return _run_fit(fit, progress or _noop, maxiter=maxiter)
+    except ApplicationError:
         fit.refresh_from_db()
         return fit
 

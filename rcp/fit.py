@@ -10,6 +10,7 @@ No Django.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,6 +25,13 @@ from rcp.irt import FLAG_TEXT, Priors, aggregate_rubric, fit_rubric_only, fit_to
 __all__ = ["Calibration", "Judgments", "calibrate", "Mode"]
 
 Mode = Literal["auto", "tournament", "rubric_only"]
+Progress = Callable[[str, int, int], None]
+
+
+def _quiet(stage: str, done: int, total: int) -> None:
+    return None
+
+
 INVALID_FLAG_SHARE = 0.05  # rcp_facts 4.4: > 5% invalid windows in a stage
 
 
@@ -88,7 +96,7 @@ class CalibrationInputError(ValueError):
 
 
 def _bt_all(
-    j: Judgments, n_rows: int
+    j: Judgments, n_rows: int, progress: Progress
 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any], np.ndarray]:
     """Cold BT fit per query over its valid windows (rcp_facts 1.2: calibration
     refits from zero). Returns theta, se per row, a summary, and per-query flags of
@@ -126,6 +134,7 @@ def _bt_all(
             summary["max_iterations"] = max(summary["max_iterations"], res.n_iter)
             if not res.converged:
                 summary["unconverged"].append(int(q))
+            progress("BT fits", k + 1, q_ids.size)
     return theta, se, summary, has
 
 
@@ -135,13 +144,15 @@ def calibrate(
     mode: Mode = "auto",
     priors: Priors | None = None,
     maxiter: int = 100,
+    progress: Progress | None = None,
 ) -> Calibration:
     """Calibrate a suite: BT per query, then the 2PL in ``mode``.
 
     ``auto``: tournament if every query with rubric answers has tournament windows,
     rubric-only if none has; mixed coverage raises CalibrationInputError naming
     the queries. ``maxiter`` bounds the 2PL's Newton iterations (a fit stopped by it
-    reports ``converged=False``). Raises CalibrationInputError without rubric data.
+    reports ``converged=False``). ``progress(stage, done, total)`` is called as
+    work advances. Raises CalibrationInputError without rubric data.
     """
     j = judgments
     priors = priors or Priors()
@@ -151,7 +162,8 @@ def calibrate(
         raise CalibrationInputError("rubric answers must be (placements, criteria)")
     n_crit = j.r_answers.shape[1] if j.r_answers.size else 5
 
-    theta_bt, se_bt, bt_summary, has_t = _bt_all(j, n_rows)
+    progress = progress or _quiet
+    theta_bt, se_bt, bt_summary, has_t = _bt_all(j, n_rows, progress)
     n = np.zeros(n_rows)
     passes = np.zeros((n_rows, n_crit))
     if j.r_doc.size:
@@ -187,6 +199,7 @@ def calibrate(
             theta_bt_se=se_bt,
             priors=priors,
             maxiter=maxiter,
+            progress=lambda it: progress("2PL Newton iterations", it, maxiter),
         )
         theta, theta_se = fit.theta, fit.theta_se
         tau, alpha = fit.tau, fit.alpha

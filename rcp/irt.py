@@ -9,7 +9,7 @@ Inputs are pass counts per (document, criterion) over the document's placements.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -184,6 +184,7 @@ def fit_tournament(
     theta_bt_se: np.ndarray | None = None,
     priors: Priors = Priors(),
     maxiter: int = 100,
+    progress: Callable[[int], None] | None = None,
 ) -> TournamentFit:
     """MAP 2PL over frozen BT abilities, one row per (query, document).
 
@@ -234,7 +235,7 @@ def fit_tournament(
         l2_gamma=p.l2_gamma,
         l2_beta=p.l2_beta,
     )
-    res = problem.minimize(x0, maxiter=maxiter)
+    res = problem.minimize(x0, maxiter=maxiter, callback=progress)
     _u, _v, gamma, beta = problem.items(res.x[: 2 * n_crit])
     tau, a = res.tau, res.alpha
     theta = np.where(usable, tau[query] * theta_bt + a[query], np.nan)

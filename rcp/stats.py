@@ -171,27 +171,38 @@ def kendall_tau(means_a: np.ndarray, means_b: np.ndarray) -> float:
 
 @dataclass(frozen=True)
 class FailureModes:
-    """Per-query flags over systems: all 1 (saturation), all 0 (floor), or more than
-    half of system pairs within the margin (compression)."""
+    """Per-query flags over systems: all 1 (saturation), all 0 (floor), more than
+    half of system pairs with exactly equal scores (compression, the paper's
+    definition), and, reported under its own name, more than half of the pairs
+    within the 0.02 decision margin (tie_zone)."""
 
     saturation: np.ndarray
     floor: np.ndarray
     compression: np.ndarray
     tied_share: np.ndarray
+    tie_zone: np.ndarray
+    tie_zone_share: np.ndarray
 
 
 def failure_modes(
     per_query: np.ndarray, *, margin: float = DECISIVE_MARGIN, atol: float = 1e-9
 ) -> FailureModes:
-    """Failure modes of each query's column in a (S, Q) nDCG matrix (S >= 2)."""
+    """Failure modes of each query's column in a (S, Q) nDCG matrix (S >= 2).
+
+    ``tied_share`` counts pairs with exactly equal values (the same ranking of the
+    labelled documents gives the same float); ``tie_zone_share`` pairs closer than
+    ``margin``."""
     x = np.asarray(per_query, dtype=np.float64)
     if x.ndim != 2 or x.shape[0] < 2:
         raise ValueError("per_query must be (systems >= 2, queries)")
     i, j = np.triu_indices(x.shape[0], k=1)
-    tied_share = (np.abs(x[j] - x[i]) < margin).mean(axis=0)
+    tied_share = (x[j] == x[i]).mean(axis=0)
+    zone_share = (np.abs(x[j] - x[i]) < margin).mean(axis=0)
     return FailureModes(
         saturation=np.all(np.abs(x - 1.0) <= atol, axis=0),
         floor=np.all(np.abs(x) <= atol, axis=0),
         compression=tied_share > 0.5,
         tied_share=tied_share,
+        tie_zone=zone_share > 0.5,
+        tie_zone_share=zone_share,
     )

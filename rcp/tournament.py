@@ -18,6 +18,7 @@ fallback when a Newton line search fails.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -433,6 +434,7 @@ class TournamentProblem:
         maxiter: int = 100,
         ftol: float = 1e-15,
         gtol: float = 1e-13,
+        callback: Callable[[int], None] | None = None,
     ) -> SolverResult:
         """Profile Newton on the items with exact per-query solves (module doc).
 
@@ -525,6 +527,8 @@ class TournamentProblem:
                 break
             y, tau, a, fx, q_ok = y_new, t_new, a_new, f_new, ok_new
             tight = inner_tol <= 1e-24
+            if callback is not None:
+                callback(nit)
         if not success and message.startswith("Newton line search"):
             y, tau, a, fx, success, extra = self._lbfgs(y, tau, a, ftol=ftol)
             method, nit = "profile-newton+lbfgs", nit + extra

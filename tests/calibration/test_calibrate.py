@@ -74,7 +74,8 @@ def test_simulated_suite_calibrate_then_leaderboard_ranks_systems_by_truth():
     assert "BT fits: 6/6" in err.getvalue() and "2PL fit: 1/1" in err.getvalue()
     fit = CalibrationFit.objects.get()
     assert fit.mode == FitMode.TOURNAMENT and fit.status == FitStatus.DONE
-    assert f"Fit {fit.pk} (tournament" in out.getvalue()
+    assert f"Fit {fit.pk} done (tournament" in out.getvalue()
+    assert fit.converged and fit.diagnostics["optimizer"]["converged"]
     assert len(fit.fingerprint) == 16 and fit.family == "sim-judge"
     gamma, beta = np.array(fit.items["gamma"]), np.array(fit.items["beta"])
     assert gamma.sum() == pytest.approx(5.0) and beta.mean() == pytest.approx(
@@ -301,7 +302,11 @@ def test_mixed_coverage_several_families_and_no_windows_are_refused():
     JudgmentWindow.objects.filter(query=q0, stage=Stage.TOURNAMENT).delete()
     with pytest.raises(CommandError, match=r"mixed coverage: 2 of 3 queries .*q0"):
         call_command("calibrate", "--dataset", "mixed", stderr=io.StringIO())
-    assert not CalibrationFit.objects.exists()
+    # The attempt is recorded as a failed fit with the reason, and nothing else.
+    failed = CalibrationFit.objects.get()
+    assert failed.status == FitStatus.FAILED and "mixed coverage" in failed.error
+    assert not DocumentAbility.objects.exists()
+    failed.delete()
     JudgmentWindowFactory(
         judge=JudgeFactory(name="other"),
         query=q0,

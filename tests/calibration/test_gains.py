@@ -84,6 +84,7 @@ def test_import_gains_and_leaderboard_reproduce_tiny_numbers(tiny, tmp_path):
         "saturation": 0.0,
         "floor": 0.0,
         "compression": 0.0,
+        "tie_zone": 0.0,
     }
 
 
@@ -211,10 +212,39 @@ def test_bad_gains_files_are_refused_atomically(tiny, tmp_path, content, message
 def test_commands_name_unknown_dataset_and_missing_fit(tiny):
     with pytest.raises(CommandError, match="dataset 'nope' does not exist"):
         call_command("leaderboard", "--dataset", "nope")
-    with pytest.raises(CommandError, match="'tiny' has no calibration yet"):
-        call_command("leaderboard", "--dataset", "tiny")
     with pytest.raises(CommandError, match="has no calibration yet"):
         call_command("export_gains", "--dataset", "tiny", "--out", "-")
+
+
+def test_leaderboard_without_a_fit_shows_qrel_ndcg_like_trec_eval(tiny):
+    """No calibration: the leaderboard (command, JSON) shows qrel-nDCG alone, equal
+    to the pinned trec_eval-convention numbers of rcp_facts 10.4, says that RCP
+    columns need `calibrate` or `import_gains`, and leaves RCP/Count empty."""
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "leaderboard",
+        "--dataset",
+        "tiny",
+        "--k",
+        "5",
+        "--protocol",
+        "plain",
+        "--json",
+        stdout=out,
+        stderr=err,
+    )
+    board = json.loads(out.getvalue())
+    assert board["qrel_only"] and board["fits"] == {"tiny": None}
+    rows = {s["system"]: s for s in board["systems"]}
+    assert rows["bm25"]["qrel_ndcg"] == pytest.approx(0.788361, abs=1e-6)
+    assert rows["reranker"]["qrel_ndcg"] == pytest.approx(0.991004, abs=1e-6)
+    assert rows["bm25"]["rcp_ndcg"] is None and rows["bm25"]["count_ndcg"] is None
+    assert [s["system"] for s in board["systems"]] == ["reranker", "bm25"]
+    assert board["metrics"] == ["qrel_ndcg"]
+    assert "need `calibrate`" in err.getvalue() and "import_gains" in err.getvalue()
+    text = io.StringIO()
+    call_command("leaderboard", "--dataset", "tiny", stdout=text, stderr=io.StringIO())
+    assert "none (qrel-nDCG only)" in text.getvalue()
 
 
 def test_text_table_highlights_rank_changes(tiny, tmp_path):

@@ -106,17 +106,21 @@ def test_sign_flips_and_kendall():
 
 def test_failure_modes():
     """Saturation: every system 1; floor: every system 0; compression: more than half
-    of system pairs within 0.02."""
+    of system pairs with exactly equal scores (the paper's definition); the 0.02
+    tie zone is counted separately under its own name."""
     x = np.array(
         [
-            [1.0, 0.0, 0.50, 0.500, 0.9],
-            [1.0, 0.0, 0.51, 0.515, 0.5],
-            [1.0, 0.0, 0.90, 0.530, 0.1],
+            [1.0, 0.0, 0.50, 0.500, 0.9, 0.7],
+            [1.0, 0.0, 0.51, 0.515, 0.5, 0.7],
+            [1.0, 0.0, 0.90, 0.530, 0.1, 0.7],
         ]
     )
     fm = failure_modes(x)
-    assert fm.saturation.tolist() == [True, False, False, False, False]
-    assert fm.floor.tolist() == [False, True, False, False, False]
+    assert fm.saturation.tolist() == [True, False, False, False, False, False]
+    assert fm.floor.tolist() == [False, True, False, False, False, False]
+    # Exact ties: columns 0, 1 and 5 only; near ties do not compress.
+    assert_allclose(fm.tied_share, [1, 1, 0, 0, 0, 1])
+    assert fm.compression.tolist() == [True, True, False, False, False, True]
     # Column 2: 1 of 3 pairs within 0.02; column 3: 2 of 3 (0.015, 0.015; not 0.03).
-    assert_allclose(fm.tied_share, [1, 1, 1 / 3, 2 / 3, 0])
-    assert fm.compression.tolist() == [True, True, False, True, False]
+    assert_allclose(fm.tie_zone_share, [1, 1, 1 / 3, 2 / 3, 0, 1])
+    assert fm.tie_zone.tolist() == [True, True, False, True, False, True]

@@ -32,6 +32,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--per-query", action="store_true")
         parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--allow-unconverged",
+            action="store_true",
+            help="score with a fit that did not converge (refused by default; a "
+            "warning is printed)",
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         datasets = datasets_named(opts["dataset"])
@@ -46,9 +52,14 @@ class Command(BaseCommand):
                 protocol=opts["protocol"],
                 extra_runs=extra or None,
                 include_queries=opts["per_query"],
+                allow_unconverged=opts["allow_unconverged"],
             )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
+        for warning in board["warnings"]:
+            self.stderr.write(self.style.ERROR(f"WARNING: {warning}"))
+        for notice in board["notices"]:
+            self.stderr.write(self.style.WARNING(f"note: {notice}"))
         if opts["json"]:
             self.stdout.write(json.dumps(board, indent=2, allow_nan=False))
             return
@@ -57,7 +68,11 @@ class Command(BaseCommand):
     def _table(self, board: dict) -> None:
         self.stdout.write(
             f"k={board['k']}  protocol={board['protocol'] or 'per dataset'}  "
-            f"datasets={', '.join(board['datasets'])}"
+            f"datasets={', '.join(board['datasets'])}  fits="
+            + ", ".join(
+                f"{d}: {'none (qrel-nDCG only)' if f is None else f}"
+                for d, f in board["fits"].items()
+            )
         )
         width = max([len(s["system"]) for s in board["systems"]] + [6])
         head = f"{'system':<{width}}  " + "  ".join(
