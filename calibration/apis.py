@@ -32,10 +32,16 @@ class FitOutput(serializers.Serializer):
     requested_mode = serializers.CharField()
     mode = serializers.CharField()
     family = serializers.CharField()
-    status = serializers.CharField()
-    error = serializers.CharField()
+    status = serializers.CharField(
+        help_text="pending, running, done (converged), unconverged (results stored, "
+        "not trustworthy) or failed"
+    )
+    converged = serializers.BooleanField(allow_null=True)
+    error = serializers.CharField(help_text="why the fit failed or did not converge")
     fingerprint = serializers.CharField()
     created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField()
+    heartbeat_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField()
     n_queries = serializers.IntegerField()
     n_documents = serializers.IntegerField()
@@ -104,6 +110,47 @@ class FitDetailApi(APIView):
         return Response(FitDetailOutput(fit).data)
 
 
+class FitQueryListApi(APIView):
+    """Per-query scale, offset and flags of a fit (``?flagged=1``: flagged only)."""
+
+    class QueryOutput(serializers.Serializer):
+        dataset = serializers.CharField(source="query.dataset.name")
+        query_id = serializers.CharField(source="query.external_id")
+        tau = serializers.FloatField()
+        alpha = serializers.FloatField()
+        has_rubric = serializers.BooleanField()
+        n_documents = serializers.IntegerField()
+        tournament_windows = serializers.IntegerField()
+        rubric_windows = serializers.IntegerField()
+        invalid_windows = serializers.IntegerField()
+        flagged = serializers.BooleanField()
+        flags = serializers.ListField(child=serializers.CharField())
+
+    @extend_schema(
+        parameters=[OpenApiParameter("flagged", bool)],
+        responses=QueryOutput(many=True),
+    )
+    def get(self, request: Request, pk: int) -> Response:
+        fit = selectors.fit_get(user=request.user, pk=pk)
+        rows = selectors.fit_query_rows(
+            fit=fit, flagged_only=request.query_params.get("flagged") in ("1", "true")
+        )
+        paginator = Pagination()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(self.QueryOutput(page, many=True).data)
+
+
+class FitRetryApi(APIView):
+    """Queue a failed fit again (staff only)."""
+
+    @extend_schema(request=None, responses={202: FitOutput})
+    def post(self, request: Request, pk: int) -> Response:
+        fit = selectors.fit_get(user=request.user, pk=pk)
+        services.calibration_fit_retry(fit=fit)
+        fit = selectors.fit_get(user=request.user, pk=pk)
+        return Response(FitOutput(fit).data, status=status.HTTP_202_ACCEPTED)
+
+
 class AbilityListApi(APIView):
     class AbilityOutput(serializers.Serializer):
         dataset = serializers.CharField(source="query.dataset.name")
@@ -137,12 +184,18 @@ class LeaderboardApi(APIView):
         dataset = serializers.ListField(child=serializers.CharField(), min_length=1)
         k = serializers.IntegerField(min_value=1, max_value=1000, default=10)
         protocol = serializers.ChoiceField(choices=sorted(PROTOCOLS), required=False)
+        allow_unconverged = serializers.BooleanField(default=False)
 
     @extend_schema(
         parameters=[
             OpenApiParameter("dataset", str, many=True, required=True),
             OpenApiParameter("k", int),
             OpenApiParameter("protocol", str, enum=sorted(PROTOCOLS)),
+            OpenApiParameter(
+                "allow_unconverged",
+                bool,
+                description="score with an unconverged fit (refused by default)",
+            ),
         ],
         responses=OpenApiTypes.OBJECT,
     )
@@ -161,6 +214,7 @@ class LeaderboardApi(APIView):
             datasets=datasets,
             k=data.validated_data["k"],
             protocol=data.validated_data.get("protocol"),
+            allow_unconverged=data.validated_data["allow_unconverged"],
         )
         return Response(board)
 

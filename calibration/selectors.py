@@ -152,15 +152,16 @@ def ability_list(*, fit: CalibrationFit, query: str | None = None) -> QuerySet:
     return qs.order_by("query__dataset__name", "query__external_id", "-gain", "id")
 
 
-def fit_query_rows(*, fit: CalibrationFit) -> QuerySet[QueryCalibration]:
-    return (
-        QueryCalibration.objects.filter(fit=fit)
-        .select_related("query__dataset")
-        .order_by("query__dataset__name", "query__external_id")
+def fit_query_rows(
+    *, fit: CalibrationFit, flagged_only: bool = False
+) -> QuerySet[QueryCalibration]:
+    """A fit's per-query rows by dataset and query id (flagged ones only if asked)."""
+    qs = QueryCalibration.objects.filter(fit=fit)
+    if flagged_only:
+        qs = qs.filter(flagged=True)
+    return qs.select_related("query__dataset").order_by(
+        "query__dataset__name", "query__external_id"
     )
-
-
-# ---------------------------------------------------------------------------- leaderboard
 
 
 def _ids(rows: Sequence[Sequence[Any]], width: int) -> np.ndarray:

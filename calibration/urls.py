@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.fit_index, name="index"),
     path("fits/new", views.fit_create, name="fit-create"),
     path("fits/<int:pk>/", views.fit_detail, name="fit-detail"),
+    path("fits/<int:pk>/retry", views.fit_retry, name="fit-retry"),
     path("leaderboard/", views.leaderboard, name="leaderboard"),
 ]
 
@@ -17,6 +18,14 @@ api_urlpatterns = [
     path("calibration/fits", apis.FitListApi.as_view(), name="fit-list"),
     path("calibration/fits/create", apis.FitCreateApi.as_view(), name="fit-create"),
     path("calibration/fits/<int:pk>", apis.FitDetailApi.as_view(), name="fit-detail"),
+    path(
+        "calibration/fits/<int:pk>/queries",
+        apis.FitQueryListApi.as_view(),
+        name="fit-query-list",
+    ),
+    path(
+        "calibration/fits/<int:pk>/retry", apis.FitRetryApi.as_view(), name="fit-retry"
+    ),
     path(
         "calibration/fits/<int:pk>/abilities",
         apis.AbilityListApi.as_view(),

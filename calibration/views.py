@@ -14,11 +14,15 @@ from django.views.decorators.http import require_POST
 
 from benchmarks.access import can_read_benchmarks
 from benchmarks.selectors import dataset_get, dataset_list
+from rcp.irt import FLAG_TEXT
 from rcp.ndcg import PROTOCOLS
 from rcp_platform.exceptions import ApplicationError
 
 from . import plots, selectors, services
-from .models import FitStatus, RequestedMode
+from .models import FitSource, FitStatus, RequestedMode
+
+SHOW_FLAGGED = 100
+INVALID_TEXT = "more than 5% of its windows in a stage were invalid, or an adaptive one"
 
 
 def _require_reader(request: HttpRequest) -> None:
@@ -30,6 +34,7 @@ def _require_reader(request: HttpRequest) -> None:
 def fit_index(request: HttpRequest) -> HttpResponse:
     """Fits, newest first, and the calibrate form (staff) per dataset."""
     _require_reader(request)
+    services.fits_reap_stale()
     fits = Paginator(selectors.fit_list(user=request.user), 30).get_page(
         request.GET.get("page")
     )
@@ -73,6 +78,7 @@ def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """Items, item characteristic curves + gain curve, tau distribution,
     reliability diagram, criterion correlations and coverage of one fit."""
     _require_reader(request)
+    services.fits_reap_stale()
     fit = selectors.fit_get(user=request.user, pk=pk)
     diag = fit.diagnostics or {}
     context: dict = {
@@ -120,11 +126,35 @@ def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 ]
             )
         )
-    context["query_rows"] = [r for r in query_rows if r.flagged or not r.has_rubric][
-        :50
-    ]
+    flagged = [r for r in query_rows if r.flagged or not r.has_rubric]
+    for r in flagged[:SHOW_FLAGGED]:
+        codes = r.flags or ([] if r.has_rubric else ["no_rubric"])
+        r.flag_texts = [(c, FLAG_TEXT.get(c, INVALID_TEXT)) for c in codes]
+    context["query_rows"] = flagged[:SHOW_FLAGGED]
+    context["n_flagged"] = len(flagged)
+    context["can_retry"] = (
+        request.user.is_staff
+        and fit.status == FitStatus.FAILED
+        and fit.source == FitSource.JUDGMENTS
+    )
     context["abilities"] = list(selectors.ability_list(fit=fit)[:20])
     return render(request, "calibration/fit_detail.html", context)
+
+
+@login_required
+@require_POST
+def fit_retry(request: HttpRequest, pk: int) -> HttpResponse:
+    """Run a failed fit again on a worker (staff only)."""
+    if not request.user.is_staff:
+        raise PermissionDenied
+    fit = selectors.fit_get(user=request.user, pk=pk)
+    try:
+        services.calibration_fit_retry(fit=fit)
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Calibration {fit.pk} queued again.")
+    return redirect("calibration:fit-detail", pk=fit.pk)
 
 
 @login_required
@@ -144,12 +174,18 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
             k = int(context["k"])
             datasets = [dataset_get(user=request.user, ref=r) for r in refs]
             board = selectors.leaderboard_compute(
-                datasets=datasets, k=k, protocol=context["protocol"] or None
+                datasets=datasets,
+                k=k,
+                protocol=context["protocol"] or None,
+                allow_unconverged=request.GET.get("allow_unconverged") == "1",
             )
         except ValueError:
             context["error"] = "k must be a whole number"
         except ApplicationError as exc:
             context["error"] = exc.message
+            context["unconverged_refused"] = (
+                exc.extra.get("status") == FitStatus.UNCONVERGED
+            )
         else:
             context.update(_board_context(board))
     return render(request, "calibration/leaderboard.html", context)
