@@ -1,7 +1,9 @@
 """A seeded generator of readable synthetic benchmarks in our import formats. No Django.
 
 Used by the ``demo`` command (about 20 queries x 60 documents) and by
-``perf/bench_import.py`` (100k documents). Each query is about one subject; its
+``perf/bench_import.py`` (100k documents). ``write_judged_suite`` writes a simulated
+judged suite with known truth (``rcp.simulate``) as import files, judgments
+included, for ``perf/bench_calibration.py`` and end-to-end tests. Each query is about one subject; its
 documents are written about that subject or a neighbouring one, a few are relevant
 (sparse binary qrels), and systems of decreasing quality rank the pool with
 ``score = quality * relevance + noise``.
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from rcp.simulate import Suite
 
 SUBJECTS = [
     ("solar panels", "convert sunlight into electricity with photovoltaic cells"),
@@ -186,4 +190,113 @@ def write_benchmark(
     paths.update(
         corpus=corpus_path, queries=queries_path, qrels=qrels_path, pools=pools_path
     )
+    return paths
+
+
+JUDGED_SYSTEMS = (
+    ("oracle", 0.2),
+    ("strong", 0.6),
+    ("medium", 1.0),
+    ("fair", 1.5),
+    ("weak", 2.5),
+    ("noise", 8.0),
+)
+
+
+def write_judged_suite(
+    out_dir: str | Path,
+    suite: Suite,
+    *,
+    systems: tuple[tuple[str, float], ...] = JUDGED_SYSTEMS,
+    qrel_threshold: float = 1.0,
+    seed: int = 0,
+) -> dict:
+    """Write a simulated judged suite (``rcp.simulate``) in our import formats.
+
+    Corpus/queries/pools/qrels (grade 1 where the true ability exceeds
+    ``qrel_threshold``), one TREC run per system ranking each pool by
+    ``truth + noise`` (noise sd from ``systems``), and ``judgments.jsonl`` with every
+    window (invalid ones with ``valid: false``), ready for ``import_dataset``,
+    ``import_run`` and ``import_judgments``. Document ids are ``q{j}-d{i}`` (local
+    index i), so they match the suite's rows. Returns the paths by role.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    q_of = suite.doc_query
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(q_of))[:-1]])
+    local = np.arange(q_of.size) - offsets[q_of]
+    doc_id = [f"q{q}-d{i}" for q, i in zip(q_of.tolist(), local.tolist(), strict=True)]
+    paths: dict = {
+        "corpus": out / "corpus.jsonl",
+        "queries": out / "queries.jsonl",
+        "qrels": out / "qrels.tsv",
+        "pools": out / "pools.tsv",
+        "judgments": out / "judgments.jsonl",
+        "runs": {name: out / f"{name}.trec" for name, _ in systems},
+    }
+    with (
+        open(paths["corpus"], "w", encoding="utf-8") as corpus,
+        open(paths["queries"], "w", encoding="utf-8") as queries,
+        open(paths["qrels"], "w", encoding="utf-8") as qrels,
+        open(paths["pools"], "w", encoding="utf-8") as pools,
+    ):
+        qrels.write("query-id\tcorpus-id\tscore\n")
+        for j in range(suite.n_queries):
+            subject = SUBJECTS[j % len(SUBJECTS)][0]
+            queries.write(json.dumps({"_id": f"q{j}", "text": f"about {subject}"}))
+            queries.write("\n")
+        for r, d in enumerate(doc_id):
+            corpus.write(json.dumps({"_id": d, "text": f"document {d}"}) + "\n")
+            pools.write(f"q{q_of[r]}\t{d}\t{local[r] + 1}\n")
+            if suite.truth[r] > qrel_threshold:
+                qrels.write(f"q{q_of[r]}\t{d}\t1\n")
+    for name, noise in systems:
+        score = suite.truth + rng.normal(0.0, noise, suite.truth.size)
+        order = np.lexsort((-score, q_of))
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size) - offsets[q_of[order]] + 1
+        with open(paths["runs"][name], "w", encoding="utf-8") as run:
+            for r in order.tolist():
+                run.write(
+                    f"q{q_of[r]} Q0 {doc_id[r]} {rank[r]} {score[r]:.6f} {name}\n"
+                )
+
+    def windows(stage, sizes, docs, values, valid):
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        seq = np.zeros(suite.n_queries, dtype=np.int64)
+        for w, (start, size) in enumerate(
+            zip(starts.tolist(), sizes.tolist(), strict=True)
+        ):
+            rows = docs[start : start + size]
+            q = int(q_of[rows[0]])
+            record: dict = {
+                "query_id": f"q{q}",
+                "stage": stage,
+                "window": int(seq[q]),
+                "phase": "random",
+                "doc_ids": [doc_id[r] for r in rows.tolist()],
+            }
+            seq[q] += 1
+            if not valid[w]:
+                record.update(valid=False, invalid_category="invalid_json")
+            elif stage == "tournament":
+                record["scores"] = [round(v, 4) for v in values[start : start + size]]
+            else:
+                record["answers"] = values[start : start + size].tolist()
+            yield json.dumps(record, separators=(",", ":"))
+
+    with open(paths["judgments"], "w", encoding="utf-8") as judgments:
+        for line in windows(
+            "tournament",
+            suite.t_size,
+            suite.t_doc,
+            suite.t_score.tolist(),
+            suite.t_valid,
+        ):
+            judgments.write(line + "\n")
+        for line in windows(
+            "rubric", suite.r_size, suite.r_doc, suite.r_answers, suite.r_valid
+        ):
+            judgments.write(line + "\n")
     return paths
