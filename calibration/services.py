@@ -21,8 +21,9 @@ from typing import IO, Any
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, Q
+from django.db import connection, models, transaction
+from django.db.models import Count, Q, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from benchmarks.models import Dataset, Document, PoolEntry, Qrel, Query
@@ -44,6 +45,7 @@ from .models import (
 ProgressFn = Callable[[str, int, int], None]
 CRITERIA = ["C1", "C2", "C3", "C4", "C5"]
 BATCH_SIZE = 5000
+READ_CHUNK = 5000  # windows decoded per json.loads
 DEFAULT_MAXITER = 100  # Newton iterations of the 2PL (converges in ~10)
 HEARTBEAT_SECONDS = 5.0
 EXPORT_COLUMNS = ["query_id", "doc_id", "theta", "gain", "count_gain", "qrel"]
@@ -81,6 +83,17 @@ class _Read:
     counts: dict[str, np.ndarray]
     malformed: int
     queries_without_windows: int
+
+
+def _chunks(iterator: Iterable[Any], size: int) -> Iterable[list[Any]]:
+    batch: list[Any] = []
+    for item in iterator:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _choose_family(windows: Any, family: str | None, names: list[str]) -> str:
@@ -145,63 +158,97 @@ def _read_judgments(
         for c in raw_counts.values()
     )
 
-    doc_rows: dict[tuple[int, str], int] = {}
-    doc_query: list[int] = []
-
-    def rows_of(j: int, doc_ids: list[str]) -> list[int]:
-        out = []
-        for d in doc_ids:
-            r = doc_rows.get((j, d))
-            if r is None:
-                r = doc_rows[j, d] = len(doc_query)
-                doc_query.append(j)
-            out.append(r)
-        return out
-
+    # Windows are read in chunks as raw JSON text and decoded a chunk at a time
+    # (one json.loads per chunk, not three per window): reading is most of a large
+    # calibration's time. Documents are coded per query afterwards, vectorised.
+    t_query: list[int] = []
     t_size: list[int] = []
-    t_doc: list[int] = []
+    t_docs: list[str] = []
     t_score: list[float] = []
-    r_doc: list[int] = []
-    r_answers: list[list[int]] = []
+    r_query: list[int] = []
+    r_docs: list[str] = []
+    r_answer_chunks: list[np.ndarray] = []
     malformed = 0
     n_criteria: int | None = None
     seen = 0
     rows = (
         done.filter(valid=True)
         .order_by("query_id", "stage", "seq")
-        .values_list("query_id", "stage", "doc_ids", "scores", "answers")
-        .iterator(chunk_size=5000)
+        .annotate(
+            d=Cast("doc_ids", TextField()),
+            s=Cast("scores", TextField()),
+            a=Cast("answers", TextField()),
+        )
+        .values_list("query_id", "stage", "d", "s", "a")
+        .iterator(chunk_size=READ_CHUNK)
     )
-    for qid, stage, doc_ids, scores, answers in rows:
-        seen += 1
-        if seen % 5000 == 0:
-            progress("windows read", seen, total)
-        j = q_index[qid]
-        doc_ids = [str(d) for d in doc_ids or []]
-        if stage == Stage.TOURNAMENT:
-            if (
-                not doc_ids
-                or not isinstance(scores, list)
-                or len(scores) != len(doc_ids)
-            ):
-                malformed += 1
-                continue
-            t_doc.extend(rows_of(j, doc_ids))
-            t_score.extend(scores)
-            t_size.append(len(doc_ids))
-        else:
-            if not isinstance(answers, list) or len(answers) != len(doc_ids):
-                malformed += 1
-                continue
-            verdicts = [[int(v) for v in a] for a in answers]
-            if n_criteria is None and verdicts:
-                n_criteria = len(verdicts[0])
-            if any(len(v) != n_criteria or set(v) - {0, 1} for v in verdicts):
-                malformed += 1
-                continue
-            r_doc.extend(rows_of(j, doc_ids))
-            r_answers.extend(verdicts)
+    for chunk in _chunks(rows, READ_CHUNK):
+        seen += len(chunk)
+        qids, stages, d_text, s_text, a_text = zip(*chunk, strict=True)
+        docs = json.loads("[" + ",".join(t or "null" for t in d_text) + "]")
+        tour = [i for i, st in enumerate(stages) if st == Stage.TOURNAMENT]
+        rub = [i for i, st in enumerate(stages) if st != Stage.TOURNAMENT]
+        if tour:
+            scores = json.loads("[" + ",".join(s_text[i] or "null" for i in tour) + "]")
+            for i, sc in zip(tour, scores, strict=True):
+                d = docs[i]
+                if not d or not isinstance(sc, list) or len(sc) != len(d):
+                    malformed += 1
+                    continue
+                t_query.append(q_index[qids[i]])
+                t_size.append(len(d))
+                t_docs.extend(str(x) for x in d)
+                t_score.extend(sc)
+        if rub:
+            answers = json.loads("[" + ",".join(a_text[i] or "null" for i in rub) + "]")
+            for i, ans in zip(rub, answers, strict=True):
+                d = docs[i]
+                if not d or not isinstance(ans, list) or len(ans) != len(d):
+                    malformed += 1
+                    continue
+                try:
+                    block = np.asarray(ans, dtype=np.int64)
+                except (TypeError, ValueError):
+                    malformed += 1
+                    continue
+                if n_criteria is None and block.ndim == 2:
+                    n_criteria = block.shape[1]
+                if (
+                    block.ndim != 2
+                    or block.shape[1] != n_criteria
+                    or ((block != 0) & (block != 1)).any()
+                ):
+                    malformed += 1
+                    continue
+                r_query.extend([q_index[qids[i]]] * len(d))
+                r_docs.extend(str(x) for x in d)
+                r_answer_chunks.append(block.astype(np.int8))
+        progress("windows read", seen, total)
     progress("windows read", seen, total)
+
+    # Rows: one per distinct (query, document), numbered by query then first sight.
+    codes: dict[str, int] = {}
+    t_code = np.array([codes.setdefault(d, len(codes)) for d in t_docs], np.int64)
+    r_code = np.array([codes.setdefault(d, len(codes)) for d in r_docs], np.int64)
+    names = list(codes)
+    t_q = np.repeat(np.asarray(t_query, np.int64), np.asarray(t_size, np.int64))
+    r_q = np.asarray(r_query, np.int64)
+    key = np.concatenate([t_q, r_q]) * max(len(codes), 1) + np.concatenate(
+        [t_code, r_code]
+    )
+    uniq, inverse = np.unique(key, return_inverse=True)
+    inverse = inverse.ravel()
+    doc_query_arr = uniq // max(len(codes), 1)
+    doc_code = uniq % max(len(codes), 1)
+    t_doc = inverse[: t_q.size]
+    r_doc = inverse[t_q.size :]
+    doc_rows = {
+        (int(j), names[c]): r
+        for r, (j, c) in enumerate(
+            zip(doc_query_arr.tolist(), doc_code.tolist(), strict=True)
+        )
+    }
+    doc_query = doc_query_arr.tolist()
 
     # Document pks: the query's pool first, then the dataset's corpus.
     ds_of = dict(
@@ -251,12 +298,16 @@ def _read_judgments(
     n_crit = n_criteria or len(CRITERIA)
     judgments = Judgments(
         n_queries=n_q,
-        doc_query=np.asarray(doc_query, dtype=np.int64),
+        doc_query=doc_query_arr.astype(np.int64),
         t_size=np.asarray(t_size, dtype=np.int64),
-        t_doc=np.asarray(t_doc, dtype=np.int64),
+        t_doc=t_doc.astype(np.int64),
         t_score=np.asarray(t_score, dtype=np.float64),
-        r_doc=np.asarray(r_doc, dtype=np.int64),
-        r_answers=np.asarray(r_answers, dtype=np.int8).reshape(-1, n_crit),
+        r_doc=r_doc.astype(np.int64),
+        r_answers=(
+            np.concatenate(r_answer_chunks)
+            if r_answer_chunks
+            else np.zeros((0, n_crit), dtype=np.int8)
+        ),
         windows=counts,
     )
     all_queries = Query.objects.filter(dataset__in=datasets).count()
@@ -371,23 +422,29 @@ def _write_fit(
             )
         )
         fp_queries.append([read.labels[q], _finite(cal.tau[q]), _finite(cal.alpha[q])])
-    # Rows grouped by query, documents in first-seen order (as read).
+    # Rows grouped by query (documents as numbered when read), as plain tuples:
+    # at benchmark scale model instances cost more than the whole fit.
     order = np.argsort(j.doc_query, kind="stable")
-    ability_objs = [
-        DocumentAbility(
-            fit=fit,
-            query_id=read.query_pks[j.doc_query[r]],
-            document_id=int(read.doc_pks[r]),
-            theta_bt=_finite(cal.theta_bt[r]),
-            theta_bt_se=_finite(cal.theta_bt_se[r]),
-            theta=_finite(cal.theta[r]),
-            theta_se=_finite(cal.theta_se[r]),
-            gain=_finite(cal.gain[r]),
-            count_gain=_finite(cal.count_gain[r]),
-            placements=int(cal.placements[r]),
+    q_pks = np.asarray(read.query_pks, dtype=np.int64)[j.doc_query[order]].tolist()
+
+    def column(values: np.ndarray) -> list[float | None]:
+        return [v if math.isfinite(v) else None for v in values[order].tolist()]
+
+    ability_rows = list(
+        zip(
+            [fit.pk] * order.size,
+            q_pks,
+            read.doc_pks[order].tolist(),
+            column(cal.theta_bt),
+            column(cal.theta_bt_se),
+            column(cal.theta),
+            column(cal.theta_se),
+            column(cal.gain),
+            column(cal.count_gain),
+            cal.placements[order].astype(np.int64).tolist(),
+            strict=True,
         )
-        for r in order.tolist()
-    ]
+    )
     fp_thetas = [
         [read.labels[j.doc_query[r]], read.doc_ext[r], _finite(cal.theta[r])]
         for r in order.tolist()
@@ -402,16 +459,15 @@ def _write_fit(
     fit.error = reason
     fit.finished_at = timezone.now()
     fit.full_clean()
-    progress("writing rows", 0, len(ability_objs))
+    progress("writing rows", 0, len(ability_rows))
     with transaction.atomic():
         QueryCalibration.objects.bulk_create(query_objs, batch_size=BATCH_SIZE)
-        for i in range(0, len(ability_objs), BATCH_SIZE):
-            DocumentAbility.objects.bulk_create(ability_objs[i : i + BATCH_SIZE])
-            progress(
-                "writing rows",
-                min(i + BATCH_SIZE, len(ability_objs)),
-                len(ability_objs),
-            )
+        _insert_rows(
+            DocumentAbility,
+            ABILITY_COLUMNS,
+            ability_rows,
+            lambda done: progress("writing rows", done, len(ability_rows)),
+        )
         fit.save(
             update_fields=[
                 "family",
@@ -426,6 +482,40 @@ def _write_fit(
             ]
         )
     return fit
+
+
+ABILITY_COLUMNS = [
+    "fit",
+    "query",
+    "document",
+    "theta_bt",
+    "theta_bt_se",
+    "theta",
+    "theta_se",
+    "gain",
+    "count_gain",
+    "placements",
+]
+
+
+def _insert_rows(
+    model: type[models.Model],
+    fields: list[str],
+    rows: list[tuple],
+    progress: Callable[[int], None],
+) -> None:
+    """INSERT plain tuples with ``executemany`` in batches (caller holds the
+    transaction). Values must be database-ready; constraints still apply."""
+    ops = connection.ops
+    columns = ", ".join(ops.quote_name(model._meta.get_field(f).column) for f in fields)
+    sql = (
+        f"INSERT INTO {ops.quote_name(model._meta.db_table)} ({columns}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+    with connection.cursor() as cursor:
+        for i in range(0, len(rows), BATCH_SIZE):
+            cursor.executemany(sql, rows[i : i + BATCH_SIZE])
+            progress(min(i + BATCH_SIZE, len(rows)))
 
 
 def _json_safe(value: Any) -> Any:

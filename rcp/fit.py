@@ -109,11 +109,16 @@ def _bt_all(
         return theta, se, summary, has
     starts = np.concatenate([[0], np.cumsum(j.t_size)[:-1]]).astype(np.int64)
     w_query = j.doc_query[j.t_doc[starts]]
-    # Windows (and their placements) grouped by query, in their given order.
-    w_order = np.argsort(w_query, kind="stable")
-    p_order = np.argsort(np.repeat(w_query, j.t_size), kind="stable")
-    sizes, w_query_sorted = j.t_size[w_order], w_query[w_order]
-    docs, scores = j.t_doc[p_order], j.t_score[p_order]
+    # Windows (and their placements) grouped by query, in their given order; no
+    # copies when they already are (large suites).
+    if w_query.size < 2 or bool(np.all(w_query[1:] >= w_query[:-1])):
+        sizes, w_query_sorted = j.t_size, w_query
+        docs, scores = j.t_doc, j.t_score
+    else:
+        w_order = np.argsort(w_query, kind="stable")
+        p_order = np.argsort(np.repeat(w_query, j.t_size), kind="stable")
+        sizes, w_query_sorted = j.t_size[w_order], w_query[w_order]
+        docs, scores = j.t_doc[p_order], j.t_score[p_order]
     q_ids, w_first = np.unique(w_query_sorted, return_index=True)
     w_bounds = np.append(w_first, sizes.size)
     p_bounds = np.concatenate([[0], np.cumsum(sizes)])[w_bounds]

@@ -38,6 +38,7 @@ __all__ = [
 KINDS = ("normal", "near_random", "all_pass", "all_fail", "one_relevant")
 TRUE_GAMMA = (1.55, 1.30, 0.70, 1.00, 0.45)  # sums to 5
 TRUE_BETA = (-2.4, -1.9, 0.0, 1.5, 2.8)  # mean 0
+_BLOCK = 1024  # queries generated at a time
 
 
 @dataclass(frozen=True)
@@ -181,27 +182,33 @@ def simulate_suite(spec: SuiteSpec = NANOBEIR) -> Suite:
     t_parts: list[tuple[np.ndarray, ...]] = []
     r_parts: list[tuple[np.ndarray, ...]] = []
     for n_docs in np.unique(pool):
-        members = np.flatnonzero(pool == n_docs)
+        group = np.flatnonzero(pool == n_docs)
         w = min(spec.window, int(n_docs))
         n_win = max(1, int(round(spec.tournament_calls / 2 * n_docs / 150)))
-        local = _balanced_windows(rng, int(n_docs), w, n_win, members.size)
-        # each window twice: as listed and reversed
-        local = np.concatenate([local, local[:, :, ::-1]], axis=1)
-        rows = local + offsets[members][:, None, None]
-        scores = decisive[members][:, None, None] * truth[rows]
-        scores = scores + rng.normal(0.0, spec.score_noise, rows.shape)
-        scores += rng.normal(0.0, 1.0, rows.shape[:2])[:, :, None]  # window shift
-        t_parts.append((rows.reshape(-1, w), scores.reshape(-1, w)))
-
         wr = min(spec.rubric_window, int(n_docs))
         n_rub = max(
             -(-int(n_docs) // wr), int(round(spec.rubric_windows * n_docs / 150))
         )
-        local = _balanced_windows(rng, int(n_docs), wr, n_rub, members.size)
-        rows = (local + offsets[members][:, None, None]).reshape(-1, wr)
-        prob = expit(gamma * (truth[rows][..., None] - beta))
-        answers = (rng.random(prob.shape) < prob).astype(np.int8)
-        r_parts.append((rows, answers))
+        # Blocks of queries bound memory at ViDoRe scale (same draws in any case).
+        for lo in range(0, group.size, _BLOCK):
+            members = group[lo : lo + _BLOCK]
+            local = _balanced_windows(rng, int(n_docs), w, n_win, members.size)
+            # each window twice: as listed and reversed
+            local = np.concatenate([local, local[:, :, ::-1]], axis=1)
+            rows = (local + offsets[members][:, None, None]).astype(np.int64)
+            scores = decisive[members][:, None, None] * truth[rows]
+            scores += rng.normal(0.0, spec.score_noise, rows.shape)
+            scores += rng.normal(0.0, 1.0, rows.shape[:2])[:, :, None]  # window shift
+            t_parts.append((rows.reshape(-1, w), scores.reshape(-1, w)))
+
+            local = _balanced_windows(rng, int(n_docs), wr, n_rub, members.size)
+            rows = (local + offsets[members][:, None, None]).reshape(-1, wr)
+            seen = truth[rows]
+            answers = np.empty((*rows.shape, gamma.size), dtype=np.int8)
+            for c in range(gamma.size):  # one criterion at a time: less memory
+                prob = expit(gamma[c] * (seen - beta[c]))
+                answers[..., c] = rng.random(prob.shape) < prob
+            r_parts.append((rows.astype(np.int64), answers))
 
     t_size = np.concatenate([np.full(r.shape[0], r.shape[1]) for r, _ in t_parts])
     t_doc = np.concatenate([r.ravel() for r, _ in t_parts])
