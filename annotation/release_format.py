@@ -312,6 +312,30 @@ def read(folder: Path) -> tuple[dict, dict[str, list[dict]]]:
     return manifest, tables
 
 
+THREAT_MODEL = """## Annotator anonymity and threat model
+
+Annotators appear only as 16 hex characters: HMAC-SHA256 of the study id and a
+random per-annotator id (32 random bytes, created with the annotator's account and
+never shown), keyed by a secret of at least 32 random bytes (`RELEASE_HASH_KEY`)
+kept outside the database. A hash is the same in every release of this study and
+unrelated across studies.
+
+- **Protected against anyone holding this release** (readers, other annotators, the
+  public): linking a hash to a platform account or a person. Without the key the
+  hash is one-way; even with the key, trying account numbers or usernames reveals
+  nothing, because the hashed value is random, not an account number.
+- **Not protected against the platform's operators**: whoever has both the
+  database and the key can map hashes to accounts (needed to honour a withdrawal
+  request). Leaking both together de-anonymises every release.
+- **Not hidden**: what each annotator did. The number of grades, time per document
+  and answer patterns can single out an annotator to someone who knows how much a
+  person graded, above all in studies with few annotators.
+- **Not included**: usernames, names, e-mails, IP addresses, comments or any free
+  text typed by annotators, times of day.
+
+"""
+
+
 def datasheet(
     *,
     header: Mapping[str, Any],
@@ -328,10 +352,7 @@ def datasheet(
         "(a *contest*). Annotators saw the de-duplicated union of both top-k lists in "
         "a per-annotator random order, without system names, ranks, qrels or gains.\n\n"
     )
-    w("Annotator identities are HMAC-SHA256 hashes (16 hex characters) keyed by a ")
-    w("secret kept outside the database: stable across releases of this study, ")
-    w("different across studies. Not included: usernames, names, e-mails, IP ")
-    w("addresses, comments or any free text typed by annotators, times of day.\n\n")
+    w(THREAT_MODEL)
     w("## Design\n\n")
     for key, value in header["design"].items():
         w(f"- **{key}**: `{json.dumps(value, sort_keys=True)}`\n")

@@ -12,6 +12,7 @@ from .annotators import (
     annotator_create,
     annotator_deactivate,
     annotator_group_ensure,
+    annotator_random_id_ensure,
     annotators_import,
     study_member_add,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "annotator_deactivate",
     "annotator_group_ensure",
     "annotator_hash",
+    "annotator_random_id_ensure",
     "annotators_import",
     "assignment_draft_save",
     "assignment_next",

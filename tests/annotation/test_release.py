@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import hmac
+import importlib
 import json
 import re
 from pathlib import Path
@@ -14,7 +16,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from annotation import release_format
-from annotation.models import Release, ReleaseStatus
+from annotation.models import AnnotatorRandomId, Release, ReleaseStatus
 from annotation.services import (
     annotator_hash,
     release_build,
@@ -22,7 +24,7 @@ from annotation.services import (
     release_request,
     study_report_build,
 )
-from tests.annotation.conftest import SECRET_COMMENT
+from tests.annotation.conftest import SECRET_COMMENT, TEST_RELEASE_KEY
 
 pytestmark = pytest.mark.django_db
 
@@ -80,6 +82,8 @@ def test_release_round_trip_gives_identical_report(simulated_study, tmp_path, ca
     readme = (out / "README.md").read_text()
     assert "Does it directly answer the query?" in readme  # rubric question texts
     assert "| `annotator` |" in readme  # field descriptions
+    assert "## Annotator anonymity and threat model" in readme
+    assert "Not protected against the platform's operators" in readme
 
 
 def test_release_holds_no_personal_data(simulated_study, tmp_path):
@@ -102,7 +106,11 @@ def test_release_holds_no_personal_data(simulated_study, tmp_path):
     assert len(hashes) == len(users)
     assert all(re.fullmatch(r"[0-9a-f]{16}", h) for h in hashes)
     expected = {
-        annotator_hash(study_id=study.pk, annotator_id=u.pk, key="test-release-key")
+        annotator_hash(
+            study_id=study.pk,
+            random_id=AnnotatorRandomId.objects.get(user=u).value,
+            key=TEST_RELEASE_KEY,
+        )
         for u in users
     }
     assert hashes == expected
@@ -120,9 +128,10 @@ def test_hashes_stable_across_releases_and_differ_across_studies(
         r["annotator"] for r in second["grades"]
     ]
     other = make_study(name="Other study")
+    random_id = AnnotatorRandomId.objects.get(user=users[0]).value
     assert annotator_hash(
-        study_id=study.pk, annotator_id=users[0].pk, key="k"
-    ) != annotator_hash(study_id=other.pk, annotator_id=users[0].pk, key="k")
+        study_id=study.pk, random_id=random_id, key=TEST_RELEASE_KEY
+    ) != annotator_hash(study_id=other.pk, random_id=random_id, key=TEST_RELEASE_KEY)
 
 
 def test_releases_are_numbered_and_immutable(simulated_study):
@@ -174,13 +183,93 @@ def test_verify_release_catches_tampering(simulated_study, tmp_path, capsys):
     assert "reviews.csv: missing" in errors
 
 
-def test_export_refused_without_hash_key(simulated_study, settings, tmp_path):
+@pytest.mark.parametrize(
+    ("key", "reason"),
+    [
+        ("", "is not set"),
+        ("change-me-too", "is a placeholder"),  # the old .env.example value
+        ("dev-release-hash-key", "is a placeholder"),  # the old DEBUG fallback
+        ("k", "is too short"),
+        ("x7" * 40, "does not look random"),
+        (TEST_RELEASE_KEY[:40], "is too short"),
+    ],
+)
+def test_export_refused_without_a_strong_hash_key(
+    simulated_study, settings, tmp_path, key, reason
+):
+    """Export needs >= 32 random bytes that are not a placeholder, DEBUG or not;
+    nothing is numbered or written when it is refused."""
     study, _users = simulated_study
-    settings.RELEASE_HASH_KEY = ""
-    with pytest.raises(CommandError, match="RELEASE_HASH_KEY"):
+    settings.DEBUG = True
+    settings.RELEASE_HASH_KEY = key
+    with pytest.raises(CommandError, match=f"RELEASE_HASH_KEY {reason}"):
         _export(study, tmp_path / "r")
     assert not Release.objects.exists()
     assert not (tmp_path / "r").exists()
+
+
+def test_release_hashes_cannot_be_reversed_by_trying_user_ids(
+    simulated_study, tmp_path
+):
+    """Even with the key, hashing "study:user id" for every plausible id finds no
+    released hash: the hashed value is the annotator's random id."""
+    study, users = simulated_study
+    hashes = {
+        r["annotator"]
+        for r in release_format.read(_export(study, tmp_path / "r"))[1]["grades"]
+    }
+    top = max(u.pk for u in users) + 1000
+    tried = {
+        hmac.new(
+            TEST_RELEASE_KEY.encode(), f"{study.pk}:{i}".encode(), hashlib.sha256
+        ).hexdigest()[:16]
+        for i in range(top)
+    }
+    assert len(hashes) == len(users)
+    assert not hashes & tried
+    values = [AnnotatorRandomId.objects.get(user=u).value for u in users]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", v) for v in values)
+    assert len(set(values)) == len(users)
+
+
+def test_random_id_stored_when_an_annotator_is_created_or_invited(study, db):
+    """annotator_create stores a random id at once; inviting an account made another
+    way (the demo's) stores one too; neither call replaces an existing one."""
+    from django.contrib.auth import get_user_model
+
+    from annotation.services import (
+        annotator_create,
+        annotator_group_ensure,
+        study_member_add,
+    )
+
+    created, _password = annotator_create(username="new-annotator")
+    first = AnnotatorRandomId.objects.get(user=created).value
+    study_member_add(study=study, annotator=created)
+    assert AnnotatorRandomId.objects.get(user=created).value == first
+    plain = get_user_model().objects.create_user(username="plain", password="x" * 12)
+    plain.groups.add(annotator_group_ensure())
+    assert not AnnotatorRandomId.objects.filter(user=plain).exists()
+    study_member_add(study=study, annotator=plain)
+    assert AnnotatorRandomId.objects.get(user=plain).value != first
+
+
+def test_migration_backfills_random_ids_of_existing_annotators(simulated_study):
+    """Accounts from before random ids (group members, members, graders) get one
+    each from the data migration; staff outside them get none."""
+    from django.apps import apps
+
+    study, users = simulated_study
+    AnnotatorRandomId.objects.all().delete()
+    migration = importlib.import_module(
+        "annotation.migrations.0003_annotator_random_ids"
+    )
+    migration.backfill_random_ids(apps, None)
+    assert set(AnnotatorRandomId.objects.values_list("user_id", flat=True)) == {
+        u.pk for u in users
+    }
+    migration.backfill_random_ids(apps, None)  # idempotent
+    assert AnnotatorRandomId.objects.count() == len(users)
 
 
 def test_db_report_flags_keyed_by_hash_not_username(simulated_study):
