@@ -478,6 +478,9 @@ class Release(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when a worker claims the build: still running after it, the worker is
+    # taken for lost (RELEASE_BUILD_LEASE_S; releases_reap_stale).
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["study_id", "number"]

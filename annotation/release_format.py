@@ -265,12 +265,26 @@ def _check_references(tables: Mapping[str, list[dict]], errors: list[str]) -> No
                 )
 
 
-def verify(folder: Path) -> tuple[dict, dict[str, list[dict]], list[str]]:
+def verify(
+    folder: Path, *, digest: str | None = None
+) -> tuple[dict, dict[str, list[dict]], list[str]]:
     """Check a release folder: manifest, SHA-256 of each file, schema of every line,
     CSV equal to JSONL, references between tables. Returns (manifest, tables,
-    errors); errors name the file, line and field."""
+    errors); errors name the file, line and field.
+
+    The manifest only proves the files agree with it: whoever changes a file can
+    rewrite the manifest too. ``digest``, the manifest's SHA-256 printed at export
+    (and shown on the study page), closes that gap: a different manifest is an error.
+    """
     folder = Path(folder)
     errors: list[str] = []
+    if digest is not None and (folder / MANIFEST).is_file():
+        actual = sha256_file(folder / MANIFEST)
+        if actual != digest.strip().lower():
+            errors.append(
+                f"{MANIFEST}: SHA-256 {actual} is not the published digest "
+                f"{digest.strip()}: the manifest (so possibly any file) was changed"
+            )
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except FileNotFoundError:
@@ -368,7 +382,9 @@ def datasheet(
         w(f"- {key}: {value}\n")
     w("\n## Files\n\nEach table comes as CSV (nested values as JSON text, null as an ")
     w("empty cell) and JSONL with the same rows. `manifest.json` holds the SHA-256 ")
-    w("of every file; check it with `manage.py verify_release DIR` and re-run the ")
+    w("of every file, and the SHA-256 of `manifest.json` itself (the digest printed ")
+    w("at export and shown with the release; publish it with the data) pins them ")
+    w("all: check with `manage.py verify_release DIR --digest SHA256` and re-run the ")
     w("analysis with `manage.py study_report --release DIR`.\n\n")
     for table, fields in SCHEMA.items():
         w(f"### `{table}`\n\n| field | type | description |\n|---|---|---|\n")

@@ -27,6 +27,8 @@ from .releases import (
     release_export,
     release_folder,
     release_request,
+    release_retry,
+    releases_reap_stale,
 )
 from .reports import (
     annotator_hash,
@@ -69,6 +71,8 @@ __all__ = [
     "release_folder",
     "release_report",
     "release_request",
+    "release_retry",
+    "releases_reap_stale",
     "rubric_create",
     "study_close",
     "study_create",

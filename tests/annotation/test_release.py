@@ -279,3 +279,111 @@ def test_db_report_flags_keyed_by_hash_not_username(simulated_study):
     assert set(report["annotator_flags"]) == set(names)
     assert sorted(names.values()) == sorted(u.username for u in users)
     assert not any(u.username in json.dumps(report) for u in users)
+
+
+def test_verify_release_digest_catches_files_and_manifest_changed_together(
+    simulated_study, tmp_path, capsys
+):
+    """Rewriting a file and its manifest entry passes the manifest check, but not
+    the digest printed at export: --digest catches it and names the manifest."""
+    study, _users = simulated_study
+    capsys.readouterr()
+    out = _export(study, tmp_path / "r")
+    digest = re.search(r"manifest SHA-256 ([0-9a-f]{64})", capsys.readouterr().out)[1]
+    release = Release.objects.get(study=study, number=1)
+    assert digest == release.checksum
+    call_command("verify_release", str(out), "--digest", digest)
+    assert "is the published digest" in capsys.readouterr().out
+
+    # A consistent forgery: one grade changed in both tables, manifest rewritten.
+    manifest, tables = release_format.read(out)
+    tables["grades"][0]["grade"] = 0 if tables["grades"][0]["grade"] else 1
+    release_format.write_tables(out, tables)
+    header = {
+        k: v for k, v in manifest.items() if k not in ("format", "version", "files")
+    }
+    release_format.write_manifest(out, header)
+    _m, _t, errors = release_format.verify(out)
+    assert errors == []  # the manifest alone cannot tell
+    with pytest.raises(CommandError, match="1 problem"):
+        call_command("verify_release", str(out), "--digest", digest)
+    err = capsys.readouterr().err
+    assert f"is not the published digest {digest}" in err
+    assert err.startswith("manifest.json: SHA-256 ")
+
+
+def test_release_lost_by_its_worker_is_failed_and_can_be_retried(
+    simulated_study,
+    admin_user,
+    settings,
+    monkeypatch,
+    django_capture_on_commit_callbacks,
+):
+    """A release a worker claimed and never finished (killed) shows as failed with a
+    message once its lease runs out; retrying builds it under the same number."""
+    from django.test import Client
+    from django.utils import timezone
+
+    from annotation import tasks
+
+    study, _users = simulated_study
+    settings.RELEASE_BUILD_LEASE_S = 60
+    release = release_request(study=study, queue=False)
+    # What a SIGKILLed worker leaves behind: claimed (running), lease still live...
+    Release.objects.filter(pk=release.pk).update(
+        status=ReleaseStatus.RUNNING,
+        lease_expires_at=timezone.now() + timezone.timedelta(seconds=30),
+    )
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(f"/annotation/studies/{study.pk}/").content.decode()
+    assert 'http-equiv="refresh"' in page  # still building while the lease runs
+    # ...and then the lease runs out.
+    Release.objects.filter(pk=release.pk).update(
+        lease_expires_at=timezone.now() - timezone.timedelta(seconds=1)
+    )
+    page = client.get(f"/annotation/studies/{study.pk}/").content.decode()
+    release.refresh_from_db()
+    assert release.status == ReleaseStatus.FAILED
+    assert "lost its worker" in release.error and "retry it" in release.error
+    assert "lost its worker" in page and "Retry</button>" in page
+    assert 'http-equiv="refresh"' not in page
+
+    queued = []
+    monkeypatch.setattr(tasks.release_build_task, "delay", queued.append)
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/annotation/studies/{study.pk}/releases/1/retry")
+    release.refresh_from_db()
+    assert queued == [release.pk] and release.status == ReleaseStatus.PENDING
+    assert release.error == ""
+    assert tasks.release_build_task(release.pk) == ReleaseStatus.DONE
+    release.refresh_from_db()
+    assert release.number == 1 and release.checksum
+    assert release_format.read(release_folder(release=release))[0]["release"] == 1
+    # Only failed releases can be retried.
+    response = client.post(
+        f"/annotation/studies/{study.pk}/releases/1/retry", follow=True
+    )
+    assert "release 1 is done: only a failed release can be retried" in (
+        response.content.decode()
+    )
+
+
+def test_release_admin_is_read_only(simulated_study, admin_user):
+    from django.test import Client
+
+    study, _users = simulated_study
+    release_build(release_id=release_request(study=study, queue=False).pk)
+    client = Client()
+    client.force_login(admin_user)
+    listing = client.get("/admin/annotation/release/")
+    assert listing.status_code == 200 and "Simulated" in listing.content.decode()
+    release = Release.objects.get()
+    detail = client.get(f"/admin/annotation/release/{release.pk}/change/")
+    assert detail.status_code == 200
+    assert release.checksum in detail.content.decode()
+    assert client.get("/admin/annotation/release/add/").status_code == 403
+    assert (
+        client.post(f"/admin/annotation/release/{release.pk}/delete/", {"post": "yes"})
+    ).status_code == 403
+    assert Release.objects.count() == 1
