@@ -211,16 +211,6 @@ def test_login_is_throttled_after_repeated_failures(db, settings):
     assert token.status_code == 400  # the API token endpoint is throttled too
 
 
-def test_address_wide_throttle(db, settings):
-    settings.LOGIN_THROTTLE_ATTEMPTS = 1  # four failures per address
-    UserFactory(username="late", password="right-password-1")
-    client = Client()
-    for i in range(4):
-        client.post("/login/", {"username": f"guess{i}", "password": "x"})
-    page = client.post("/login/", {"username": "late", "password": "right-password-1"})
-    assert page.status_code == 200 and "_auth_user_id" not in client.session
-
-
 @pytest.mark.parametrize(
     ("next_url", "target"),
     [
