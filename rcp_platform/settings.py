@@ -229,7 +229,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 50 * 1024 * 1024
 # Caps of every benchmark file read (benchmarks/formats.py), after gunzip: a small
 # .gz can hold gigabytes. Raise them for very large corpora imported from the shell.
 IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=16 * 1024**3)
-IMPORT_MAX_LINE_BYTES = env.int("IMPORT_MAX_LINE_BYTES", default=8 * 1024**2)
+IMPORT_MAX_LINE_CHARS = env.int("IMPORT_MAX_LINE_CHARS", default=8 * 1024**2)
 
 # ---------------------------------------------------------------------------- RELEASES
 # A release still `running` this many seconds after a worker claimed it was lost
