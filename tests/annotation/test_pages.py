@@ -327,3 +327,22 @@ def test_only_annotators_can_be_invited(study, admin_user):
     with pytest.raises(ApplicationError, match="not an annotator"):
         study_member_add(study=study, annotator=plain)
     assert not StudyMember.objects.filter(annotator=plain).exists()
+
+
+def test_inline_scripts_carry_the_csp_nonce(study, members, admin_user):
+    """The study and grading pages' scripts run under the CSP: each inline script
+    carries the nonce the response's policy allows, and no other inline script
+    exists."""
+    for user, url in (
+        (admin_user, f"/annotation/studies/{study.pk}/"),
+        (members[0], f"/annotation/studies/{study.pk}/grading"),
+    ):
+        response = _client(user).get(url)
+        assert response.status_code == 200
+        nonce = re.search(
+            r"script-src 'self' 'nonce-([^']+)'",
+            response.headers["Content-Security-Policy"],
+        )[1]
+        scripts = re.findall(r"<script([^>]*)>", response.content.decode())
+        inline = [a for a in scripts if "src=" not in a and "json" not in a]
+        assert inline and all(f'nonce="{nonce}"' in a for a in inline), scripts

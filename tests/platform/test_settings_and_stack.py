@@ -290,3 +290,78 @@ def test_check_deploy_is_clean_for_the_compose_stack(tmp_path):
     )
     assert result.returncode == 0, result.stderr + result.stdout
     assert "System check identified no issues (0 silenced)." in result.stdout
+
+
+def _run_prepare(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`make run` up to the servers (scripts/run.py --prepare-only) on a fresh SQLite
+    database, with its own .env."""
+    full = _production_env(
+        {
+            "RCP_VAR_DIR": str(tmp_path / "var"),
+            "STATIC_ROOT": str(tmp_path / "static"),
+            **env,
+        },
+        tmp_path / ".env",
+    )
+    full.pop("RELEASE_HASH_KEY", None)
+    return subprocess.run(
+        [sys.executable, "scripts/run.py", "--prepare-only"],
+        cwd=REPO,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_make_run_generates_a_release_key_and_with_debug_off_no_demo_accounts(
+    tmp_path,
+):
+    """First `make run`: a strong RELEASE_HASH_KEY is written into .env (in place of
+    the empty line copied from .env.example) and announced; kept on the next run.
+    With DEBUG=false no demo account (public password) is created."""
+    import sqlite3
+
+    from rcp_platform.keys import weak_key_reason
+
+    (tmp_path / ".env").write_text(
+        f"DEBUG=false\nSECRET_KEY={STRONG}\nRELEASE_HASH_KEY=\nALLOWED_HOSTS=x\n"
+    )
+    first = _run_prepare(tmp_path, {})
+    assert first.returncode == 0, first.stderr
+    assert "Generated a new RELEASE_HASH_KEY into" in first.stdout
+    assert "no demo data and no demo accounts" in first.stdout
+    keys = re.findall(r"^RELEASE_HASH_KEY=(.*)$", (tmp_path / ".env").read_text(), re.M)
+    assert len(keys) == 1 and weak_key_reason(keys[0]) is None
+    with sqlite3.connect(tmp_path / "var" / "rcp.sqlite3") as db:
+        users = db.execute("SELECT username FROM auth_user").fetchall()
+    assert users == []
+    second = _run_prepare(tmp_path, {})
+    assert second.returncode == 0, second.stderr
+    assert "Generated" not in second.stdout
+    assert (
+        re.findall(r"^RELEASE_HASH_KEY=(.*)$", (tmp_path / ".env").read_text(), re.M)
+        == keys
+    )
+
+
+@pytest.mark.django_db
+def test_pages_carry_a_content_security_policy_with_script_nonces(admin_user):
+    """Every page sends a CSP without inline scripts except those carrying the
+    request's nonce; the study page's own script carries it."""
+    from django.test import Client
+
+    client = Client()
+    login = client.get("/login/")
+    policy = login.headers["Content-Security-Policy"]
+    assert "default-src 'self'" in policy and "object-src 'none'" in policy
+    assert "frame-ancestors 'none'" in policy
+    assert "'unsafe-inline'" not in policy.split("script-src")[1].split(";")[0]
+    client.force_login(admin_user)
+    page = client.get("/judging/")
+    assert page.status_code == 200
+    docs = client.get("/api/docs/")
+    nonce = re.search(r"'nonce-([^']+)'", docs.headers["Content-Security-Policy"])
+    body = docs.content.decode()
+    assert "<script>" not in body  # the split view loads its script from a URL
+    assert nonce is None or f'nonce="{nonce[1]}"' in body
