@@ -16,20 +16,17 @@ from django.core.management import call_command
 
 from tests.conftest import REPO
 
-PRODUCTION_ENV_DROP = (
-    "SECRET_KEY",
-    "DEBUG",
-    "RELEASE_HASH_KEY",
-    "DJANGO_SETTINGS_MODULE",
-    "DATABASE_URL",
-    "CACHE_URL",
-)
-
 
 def _production_env(env: dict[str, str], tmp_env_file: Path | None = None) -> dict:
     """The pytest environment minus everything the test profile sets: the platform's
     own settings module, no .env (a missing file), plus ``env``."""
-    clean = {k: v for k, v in os.environ.items() if k not in PRODUCTION_ENV_DROP}
+    # Only what a process needs to run: nothing the test session set (DEBUG,
+    # DJANGO_ALLOW_ASYNC_UNSAFE from the browser tests, ...) leaks in.
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "VIRTUAL_ENV")
+    }
     clean["DJANGO_SETTINGS_MODULE"] = "rcp_platform.settings"
     clean["RCP_ENV_FILE"] = str(tmp_env_file or REPO / "var" / "no-such.env")
     clean.update(env)
