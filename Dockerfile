@@ -5,8 +5,9 @@ WORKDIR /app
 COPY requirements.lock .
 RUN pip install --no-cache-dir -r requirements.lock
 COPY . .
-# collectstatic needs settings that load: a throwaway key only for this build step.
-RUN SECRET_KEY=build-only DEBUG=false python manage.py collectstatic --noinput
+# collectstatic needs settings that load: a throwaway random key, only for this step.
+RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
+    DEBUG=false python manage.py collectstatic --noinput
 RUN useradd --create-home rcp && mkdir -p /app/var && chown -R rcp /app/var
 USER rcp
 EXPOSE 8000

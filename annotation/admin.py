@@ -20,7 +20,15 @@ from django.urls import path
 from rcp_platform.exceptions import ApplicationError
 
 from . import services
-from .models import Annotator, Assignment, Contest, Grade, Study, StudyMember
+from .models import (
+    Annotator,
+    Assignment,
+    Contest,
+    Grade,
+    Release,
+    Study,
+    StudyMember,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -188,3 +196,34 @@ class AnnotatorAdmin(UserAdmin):
         return TemplateResponse(
             request, "annotation/admin/annotator_import.html", context
         )
+
+
+@admin.register(Release)
+class ReleaseAdmin(ReadOnlyAdmin):
+    """Releases, read-only: they are numbered, built and retried by the services
+    (study page, ``export_release``); their files never change."""
+
+    list_display = [
+        "study",
+        "number",
+        "status",
+        "include_text",
+        "created_at",
+        "finished_at",
+        "checksum",
+    ]
+    list_filter = ["status"]
+    search_fields = ["study__name", "checksum"]
+    readonly_fields = [
+        "study",
+        "number",
+        "status",
+        "include_text",
+        "checksum",
+        "path",
+        "error",
+        "created_by",
+        "created_at",
+        "finished_at",
+        "lease_expires_at",
+    ]

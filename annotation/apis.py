@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import permissions, serializers, status
 from rest_framework.request import Request
@@ -323,7 +324,7 @@ class StudyReportApi(APIView):
 
     permission_classes = [permissions.IsAdminUser]
 
-    @extend_schema(responses=serializers.JSONField())
+    @extend_schema(responses=OpenApiTypes.OBJECT)  # the report's own nested shape
     def get(self, request: Request, study_id: int) -> Response:
         study = selectors.study_get(user=request.user, study_id=study_id)
         report, _names = services.study_report_build(

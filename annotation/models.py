@@ -10,6 +10,7 @@ rubric version they answered.
 
 from __future__ import annotations
 
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -38,6 +39,38 @@ class Annotator(User):
     class Meta:
         proxy = True
         permissions = [("annotate", "Can grade contests of open studies")]
+
+
+def new_random_id() -> str:
+    """32 random bytes as hex: an annotator's release identity (never enumerable)."""
+    return secrets.token_hex(32)
+
+
+class AnnotatorRandomId(models.Model):
+    """A random id per annotator account, stored when the account or its first study
+    membership is created and never shown anywhere.
+
+    Releases name an annotator by HMAC(RELEASE_HASH_KEY, "study:random id"), not by
+    the user id: user ids are small and sequential, so with the key anyone could
+    have tried them all. Deleting this row would change the annotator's release
+    hash, so nothing does.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="annotator_random_id",
+    )
+    value = models.CharField(
+        max_length=64, unique=True, default=new_random_id, editable=False
+    )
+
+    class Meta:
+        verbose_name = "annotator random id"
+
+    def __str__(self) -> str:
+        return f"random id of user {self.user_id}"
 
 
 class StudyStatus(models.TextChoices):
@@ -445,6 +478,9 @@ class Release(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Set when a worker claims the build: still running after it, the worker is
+    # taken for lost (RELEASE_BUILD_LEASE_S; releases_reap_stale).
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["study_id", "number"]

@@ -265,12 +265,26 @@ def _check_references(tables: Mapping[str, list[dict]], errors: list[str]) -> No
                 )
 
 
-def verify(folder: Path) -> tuple[dict, dict[str, list[dict]], list[str]]:
+def verify(
+    folder: Path, *, digest: str | None = None
+) -> tuple[dict, dict[str, list[dict]], list[str]]:
     """Check a release folder: manifest, SHA-256 of each file, schema of every line,
     CSV equal to JSONL, references between tables. Returns (manifest, tables,
-    errors); errors name the file, line and field."""
+    errors); errors name the file, line and field.
+
+    The manifest only proves the files agree with it: whoever changes a file can
+    rewrite the manifest too. ``digest``, the manifest's SHA-256 printed at export
+    (and shown on the study page), closes that gap: a different manifest is an error.
+    """
     folder = Path(folder)
     errors: list[str] = []
+    if digest is not None and (folder / MANIFEST).is_file():
+        actual = sha256_file(folder / MANIFEST)
+        if actual != digest.strip().lower():
+            errors.append(
+                f"{MANIFEST}: SHA-256 {actual} is not the published digest "
+                f"{digest.strip()}: the manifest (so possibly any file) was changed"
+            )
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
     except FileNotFoundError:
@@ -312,6 +326,30 @@ def read(folder: Path) -> tuple[dict, dict[str, list[dict]]]:
     return manifest, tables
 
 
+THREAT_MODEL = """## Annotator anonymity and threat model
+
+Annotators appear only as 16 hex characters: HMAC-SHA256 of the study id and a
+random per-annotator id (32 random bytes, created with the annotator's account and
+never shown), keyed by a secret of at least 32 random bytes (`RELEASE_HASH_KEY`)
+kept outside the database. A hash is the same in every release of this study and
+unrelated across studies.
+
+- **Protected against anyone holding this release** (readers, other annotators, the
+  public): linking a hash to a platform account or a person. Without the key the
+  hash is one-way; even with the key, trying account numbers or usernames reveals
+  nothing, because the hashed value is random, not an account number.
+- **Not protected against the platform's operators**: whoever has both the
+  database and the key can map hashes to accounts (needed to honour a withdrawal
+  request). Leaking both together de-anonymises every release.
+- **Not hidden**: what each annotator did. The number of grades, time per document
+  and answer patterns can single out an annotator to someone who knows how much a
+  person graded, above all in studies with few annotators.
+- **Not included**: usernames, names, e-mails, IP addresses, comments or any free
+  text typed by annotators, times of day.
+
+"""
+
+
 def datasheet(
     *,
     header: Mapping[str, Any],
@@ -328,10 +366,7 @@ def datasheet(
         "(a *contest*). Annotators saw the de-duplicated union of both top-k lists in "
         "a per-annotator random order, without system names, ranks, qrels or gains.\n\n"
     )
-    w("Annotator identities are HMAC-SHA256 hashes (16 hex characters) keyed by a ")
-    w("secret kept outside the database: stable across releases of this study, ")
-    w("different across studies. Not included: usernames, names, e-mails, IP ")
-    w("addresses, comments or any free text typed by annotators, times of day.\n\n")
+    w(THREAT_MODEL)
     w("## Design\n\n")
     for key, value in header["design"].items():
         w(f"- **{key}**: `{json.dumps(value, sort_keys=True)}`\n")
@@ -347,7 +382,9 @@ def datasheet(
         w(f"- {key}: {value}\n")
     w("\n## Files\n\nEach table comes as CSV (nested values as JSON text, null as an ")
     w("empty cell) and JSONL with the same rows. `manifest.json` holds the SHA-256 ")
-    w("of every file; check it with `manage.py verify_release DIR` and re-run the ")
+    w("of every file, and the SHA-256 of `manifest.json` itself (the digest printed ")
+    w("at export and shown with the release; publish it with the data) pins them ")
+    w("all: check with `manage.py verify_release DIR --digest SHA256` and re-run the ")
     w("analysis with `manage.py study_report --release DIR`.\n\n")
     for table, fields in SCHEMA.items():
         w(f"### `{table}`\n\n| field | type | description |\n|---|---|---|\n")

@@ -22,6 +22,11 @@ urlpatterns = [
         name="release-download",
     ),
     path(
+        "studies/<int:study_id>/releases/<int:number>/retry",
+        views.release_retry,
+        name="release-retry",
+    ),
+    path(
         "studies/<int:study_id>/open",
         views.study_action,
         {"action": "open"},

@@ -194,9 +194,10 @@ def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
     """Monitoring: contest states, annotators, expired leases, progress chart."""
     _reader(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
-    releases = (
-        list(selectors.release_list(study=study)) if request.user.is_staff else []
-    )
+    releases = []
+    if request.user.is_staff:
+        services.releases_reap_stale(study=study)  # a lost build shows as failed
+        releases = list(selectors.release_list(study=study))
     building = (ReleaseStatus.PENDING, ReleaseStatus.RUNNING)
     return render(
         request,
@@ -302,6 +303,21 @@ def release_create(request: HttpRequest, study_id: int) -> HttpResponse:
             created_by=request.user,
         )
         messages.success(request, f"Release {release.number} is being built.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)
+
+
+@login_required
+@require_POST
+def release_retry(request: HttpRequest, study_id: int, number: int) -> HttpResponse:
+    """Queue a failed release again (same number)."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    release = selectors.release_get(study=study, number=number)
+    try:
+        services.release_retry(release=release)
+        messages.success(request, f"Release {number} is being built again.")
     except ApplicationError as exc:
         messages.error(request, exc.message)
     return redirect("annotation:study-detail", study_id=study.pk)

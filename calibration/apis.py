@@ -113,6 +113,8 @@ class FitDetailApi(APIView):
 class FitQueryListApi(APIView):
     """Per-query scale, offset and flags of a fit (``?flagged=1``: flagged only)."""
 
+    # Its own schema name: benchmarks' QueryListApi has a QueryOutput too.
+    @extend_schema_serializer(component_name="FitQuery")
     class QueryOutput(serializers.Serializer):
         dataset = serializers.CharField(source="query.dataset.name")
         query_id = serializers.CharField(source="query.external_id")

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from benchmarks.formats import FormatError, open_text
+from benchmarks.formats import FormatError, numbered_lines, open_text
 from benchmarks.models import Dataset, Document, PoolEntry, Query
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
@@ -585,7 +585,14 @@ def _records(path: str | Path) -> Iterator[tuple[int, dict]]:
         raise JudgmentImportError(path, None, exc.message) from exc
     with handle:
         seen = False
-        for lineno, raw in enumerate(handle, 1):
+        lines = numbered_lines(handle, path)  # the import caps (benchmarks/formats.py)
+        while True:
+            try:
+                lineno, raw = next(lines)
+            except StopIteration:
+                break
+            except FormatError as exc:
+                raise JudgmentImportError(path, exc.line, exc.message) from exc
             if not raw.strip():
                 continue
             seen = True

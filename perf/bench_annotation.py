@@ -265,6 +265,7 @@ def main() -> int:
         "DEBUG": "false",
         "SECRET_KEY": secrets.token_urlsafe(40),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "false",  # plain HTTP to gunicorn on loopback
         "DJANGO_SETTINGS_MODULE": "rcp_platform.settings",
         "LOG_LEVEL": "ERROR",
         "PYTHONWARNINGS": "ignore::UserWarning",  # whitenoise: no collected static

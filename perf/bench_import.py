@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -153,7 +154,12 @@ def fresh_database(db_url: str) -> None:
 
 def run_child(mode: str, db_url: str, data: Path, n_naive: int) -> dict:
     fresh_database(db_url)
-    env = dict(os.environ, DATABASE_URL=db_url, DEBUG="false", SECRET_KEY="bench")
+    env = dict(
+        os.environ,
+        DATABASE_URL=db_url,
+        DEBUG="false",
+        SECRET_KEY=secrets.token_urlsafe(50),
+    )
     proc = subprocess.run(
         [
             sys.executable,

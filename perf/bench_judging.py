@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import secrets
 import socket
 import subprocess
 import sys
@@ -71,7 +72,7 @@ def main() -> None:
     os.environ.update(
         DATABASE_URL=args.postgres,
         DEBUG="false",
-        SECRET_KEY="bench",
+        SECRET_KEY=secrets.token_urlsafe(50),
         RCP_VAR_DIR=str(tmp / "var"),
         JUDGE_LIMITER_URL=f"file://{tmp / 'slots'}",
     )

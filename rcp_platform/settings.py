@@ -1,8 +1,10 @@
 """The one settings module. Every value comes from the environment (django-environ).
 
-Defaults are safe for development on a bare machine: SQLite under ``var/``, a Celery
-broker that needs no server (kombu's filesystem transport under ``var/celery``), and
-DEBUG on. Production differs only in environment values (see ``.env.example``).
+Defaults need no server: SQLite under ``var/``, a Celery broker that needs no server
+(kombu's filesystem transport under ``var/celery``). DEBUG is off unless the
+environment or ``.env`` turns it on (``make run`` does, for the development server);
+with DEBUG off every security setting takes its production value and placeholder
+secrets are refused. Production differs only in environment values (``.env.example``).
 """
 
 from __future__ import annotations
@@ -11,37 +13,88 @@ import os
 from pathlib import Path
 
 import environ
+from csp.constants import NONCE, NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
+
+from rcp_platform.keys import weak_key_reason
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 env = environ.Env()
-env_file = BASE_DIR / ".env"
+# RCP_ENV_FILE: another file than .env (tests of `make run` use a temporary one).
+env_file = Path(os.environ.get("RCP_ENV_FILE") or BASE_DIR / ".env")
 if env_file.exists():
     environ.Env.read_env(env_file)
 # Runtime files (SQLite database, embedded broker folders, lock files, media).
 VAR_DIR = Path(env.str("RCP_VAR_DIR", default=str(BASE_DIR / "var")))
 
 # ---------------------------------------------------------------------------- CORE
-DEBUG = env.bool("DEBUG", default=True)
+DEBUG = env.bool("DEBUG", default=False)
 _DEV_SECRET_KEY = "dev-insecure-secret-key-only-for-DEBUG"
 SECRET_KEY = env.str("SECRET_KEY", default="")
-if not SECRET_KEY:
-    if not DEBUG:
-        # A guessable key in production would let anyone forge sessions.
+if not DEBUG:
+    # A guessable key in production would let anyone forge sessions and tokens.
+    # Django's own deploy check wants 50 characters.
+    _problem = weak_key_reason(SECRET_KEY, min_chars=50)
+    if _problem:
         raise ImproperlyConfigured(
-            "SECRET_KEY is not set. Set the SECRET_KEY environment variable "
-            "(required when DEBUG is off)."
+            f"SECRET_KEY {_problem}. Set SECRET_KEY to a long random string (required "
+            'when DEBUG is off), e.g. python -c "import secrets; '
+            'print(secrets.token_urlsafe(50))"'
         )
+elif not SECRET_KEY:
     SECRET_KEY = _DEV_SECRET_KEY
 ALLOWED_HOSTS = env.list(
     "ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
 )
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
-# Keyed one-way hashing of annotator identities in releases. Kept outside the database.
-RELEASE_HASH_KEY = env.str(
-    "RELEASE_HASH_KEY", default="dev-release-hash-key" if DEBUG else ""
+# Keyed one-way hashing of annotator identities in releases. Kept outside the
+# database, no default even with DEBUG: export refuses a missing, short or
+# placeholder key (annotation/services/reports.py::release_key); `make run`
+# writes a fresh one into .env on first start.
+RELEASE_HASH_KEY = env.str("RELEASE_HASH_KEY", default="")
+
+# ---------------------------------------------------------------------------- SECURITY
+# Production values unless DEBUG; each can be overridden from the environment
+# (e.g. SECURE_SSL_REDIRECT=false when a proxy in front already redirects).
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=not DEBUG)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEBUG)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=not DEBUG)
+SECURE_HSTS_SECONDS = env.int("SECURE_HSTS_SECONDS", default=0 if DEBUG else 31536000)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool(
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS", default=not DEBUG
 )
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
+# Behind a TLS-terminating proxy: SECURE_PROXY_SSL_HEADER=HTTP_X_FORWARDED_PROTO,https
+# (only if the proxy always sets or strips that header).
+_proxy_ssl = env.list("SECURE_PROXY_SSL_HEADER", default=[])
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl) if len(_proxy_ssl) == 2 else None
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+# The grading page reads the CSRF cookie from JavaScript, so it stays readable.
+CSRF_COOKIE_HTTPONLY = False
+# Content Security Policy (django-csp): scripts only from this site or inline with
+# the per-request nonce; inline style attributes (progress bars, SVG plots) allowed.
+CONTENT_SECURITY_POLICY_REPORT_ONLY = None
+_csp = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF, NONCE],
+        "style-src": [SELF, UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+if env.str("CSP_REPORT_URI", default=""):
+    _csp["DIRECTIVES"]["report-uri"] = [env.str("CSP_REPORT_URI")]
+CONTENT_SECURITY_POLICY = _csp
+if env.bool("CSP_REPORT_ONLY", default=False):
+    CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY_REPORT_ONLY = None, _csp
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -55,6 +108,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "csp",
     "benchmarks",
     "judging",
     "calibration",
@@ -71,6 +125,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
 ]
 
 ROOT_URLCONF = "rcp_platform.urls"
@@ -116,6 +171,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ---------------------------------------------------------------------------- CACHE
+# Login throttling counters live here: with several web processes (gunicorn
+# workers, several machines) set CACHE_URL=redis://host:6379/1 so they share them;
+# the local-memory default counts per process (a deploy check warns about it).
 CACHES = {"default": env.cache("CACHE_URL", default="locmemcache://")}
 
 # ---------------------------------------------------------------------------- AUTH
@@ -125,13 +183,25 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+# API tokens (POST /api/v1/auth/token) expire this many seconds after they were
+# issued, and every token of an account is deleted when its password changes.
+API_TOKEN_LIFETIME_S = env.int("API_TOKEN_LIFETIME_S", default=7 * 24 * 3600)
 
 # ---------------------------------------------------------------------------- LOGIN THROTTLING
 # Every password login (login page, admin, API token) goes through this backend; see
-# portal/auth.py. Failures are counted in the cache per (username, address).
+# portal/auth.py. Failures are counted in the cache per (client address, username)
+# and per username; a correct password of another username is never blocked.
 AUTHENTICATION_BACKENDS = ["portal.auth.ThrottledModelBackend"]
 LOGIN_THROTTLE_ATTEMPTS = env.int("LOGIN_THROTTLE_ATTEMPTS", default=5)
+LOGIN_THROTTLE_USER_ATTEMPTS = env.int(
+    "LOGIN_THROTTLE_USER_ATTEMPTS", default=4 * LOGIN_THROTTLE_ATTEMPTS
+)
 LOGIN_THROTTLE_WINDOW = env.int("LOGIN_THROTTLE_WINDOW", default=300)
+# The client address behind a reverse proxy: the header the proxy sets (e.g.
+# X-Forwarded-For) and how many trusted proxies append to it. Off by default:
+# without a proxy that overwrites it, the header is whatever the client sent.
+TRUSTED_PROXY_HEADER = env.str("TRUSTED_PROXY_HEADER", default="")
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=1)
 
 # ---------------------------------------------------------------------------- I18N
 LANGUAGE_CODE = "en-us"
@@ -155,11 +225,23 @@ MEDIA_ROOT = env.path("MEDIA_ROOT", default=str(VAR_DIR / "media"))
 FILE_UPLOAD_MAX_MEMORY_SIZE = 5 * 1024 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 50 * 1024 * 1024
 
+# ---------------------------------------------------------------------------- IMPORTS
+# Caps of every benchmark file read (benchmarks/formats.py), after gunzip: a small
+# .gz can hold gigabytes. Raise them for very large corpora imported from the shell.
+IMPORT_MAX_BYTES = env.int("IMPORT_MAX_BYTES", default=16 * 1024**3)
+IMPORT_MAX_LINE_CHARS = env.int("IMPORT_MAX_LINE_CHARS", default=8 * 1024**2)
+
+# ---------------------------------------------------------------------------- RELEASES
+# A release still `running` this many seconds after a worker claimed it was lost
+# with its worker (the build task's hard time limit is below it): it is marked failed
+# and can be retried.
+RELEASE_BUILD_LEASE_S = env.int("RELEASE_BUILD_LEASE_S", default=2000)
+
 # ---------------------------------------------------------------------------- DRF
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "portal.tokens.ExpiringTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["benchmarks.access.IsStaffOrReviewerReadOnly"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",

@@ -12,6 +12,7 @@ from .annotators import (
     annotator_create,
     annotator_deactivate,
     annotator_group_ensure,
+    annotator_random_id_ensure,
     annotators_import,
     study_member_add,
 )
@@ -26,6 +27,8 @@ from .releases import (
     release_export,
     release_folder,
     release_request,
+    release_retry,
+    releases_reap_stale,
 )
 from .reports import (
     annotator_hash,
@@ -57,6 +60,7 @@ __all__ = [
     "annotator_deactivate",
     "annotator_group_ensure",
     "annotator_hash",
+    "annotator_random_id_ensure",
     "annotators_import",
     "assignment_draft_save",
     "assignment_next",
@@ -67,6 +71,8 @@ __all__ = [
     "release_folder",
     "release_report",
     "release_request",
+    "release_retry",
+    "releases_reap_stale",
     "rubric_create",
     "study_close",
     "study_create",

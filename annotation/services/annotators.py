@@ -19,7 +19,14 @@ from django.db import transaction
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from .. import selectors
-from ..models import Annotator, Assignment, AssignmentStatus, Study, StudyMember
+from ..models import (
+    Annotator,
+    AnnotatorRandomId,
+    Assignment,
+    AssignmentStatus,
+    Study,
+    StudyMember,
+)
 
 ANNOTATORS_GROUP = "annotators"
 ANNOTATE_CODENAME = "annotate"
@@ -44,6 +51,15 @@ def annotator_group_ensure() -> Group:
     group, _ = Group.objects.get_or_create(name=ANNOTATORS_GROUP)
     group.permissions.set([permission])
     return group
+
+
+@transaction.atomic
+def annotator_random_id_ensure(*, user: Any) -> str:
+    """The account's random release id (annotation.models.AnnotatorRandomId),
+    created on first call; idempotent. Called when an annotator account or a study
+    membership is created, so every annotator has one before grading."""
+    random_id, _created = AnnotatorRandomId.objects.get_or_create(user_id=user.pk)
+    return random_id.value
 
 
 def _new_password() -> str:
@@ -95,6 +111,7 @@ def annotator_create(
     else:
         user.save(update_fields=["password", "is_active"])
     user.groups.add(annotator_group_ensure())
+    annotator_random_id_ensure(user=user)
     if study is not None:
         study_member_add(study=study, annotator=user)
     return user, generated
@@ -176,6 +193,7 @@ def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
         annotator.groups.filter(name=ANNOTATORS_GROUP).exists()
     ):
         raise ApplicationError(f"user {annotator.username!r} is not an annotator")
+    annotator_random_id_ensure(user=annotator)
     member, created = StudyMember.objects.get_or_create(
         study=study, annotator=annotator
     )

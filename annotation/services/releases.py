@@ -4,6 +4,12 @@
 ``release_build`` writes the files into a fresh folder under
 ``MEDIA_ROOT/releases/study-<id>/release-<n>/`` plus a zip beside it. A folder that
 exists already is never written to, so an earlier release never changes.
+
+A worker's claim carries a lease (``RELEASE_BUILD_LEASE_S``, longer than the build
+task's hard time limit): a release still ``running`` after it lost its worker
+(killed, machine gone). ``releases_reap_stale`` marks such releases failed with a
+message (the study page and every new request call it) and ``release_retry`` queues
+a failed release again under the same number.
 """
 
 from __future__ import annotations
@@ -11,15 +17,16 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
-from rcp_platform.exceptions import ApplicationError
+from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from .. import release_format
 from ..analysis.picks import TIE_MARGIN
@@ -49,8 +56,9 @@ def release_request(
 ) -> Release:
     """Create release n+1 of a study (pending) and, with ``queue``, build it on a
     worker after commit. Locks the study row so two requests get distinct numbers.
-    Refused without RELEASE_HASH_KEY."""
+    Refused without a strong RELEASE_HASH_KEY. Reaps the study's lost builds first."""
     release_key()
+    releases_reap_stale(study=study)
     Study.objects.select_for_update().filter(pk=study.pk).first()
     last = Release.objects.filter(study=study).aggregate(n=Max("number"))["n"] or 0
     release = Release(
@@ -116,9 +124,10 @@ def release_build(*, release_id: int) -> Release | None:
     are moved into place only if the release folder does not exist yet; a failure
     marks the release failed with the message.
     """
+    now = timezone.now()
     claimed = Release.objects.filter(
         pk=release_id, status=ReleaseStatus.PENDING
-    ).update(status=ReleaseStatus.RUNNING)
+    ).update(status=ReleaseStatus.RUNNING, lease_expires_at=now + _lease())
     if not claimed:
         return None
     release = Release.objects.select_related("study").get(pk=release_id)
@@ -153,12 +162,67 @@ def release_build(*, release_id: int) -> Release | None:
 
 
 def _finish(release: Release, status: str, **fields: str) -> None:
+    """Record the outcome. A failure is written only while the release is still
+    ``running`` (not after a reaper or another worker moved it on); a finished
+    build is always recorded, its files being in place."""
     release.status = status
     release.finished_at = timezone.now()
     for name, value in fields.items():
         setattr(release, name, value)
     release.full_clean()
-    release.save(update_fields=["status", "finished_at", *fields])
+    rows = Release.objects.filter(pk=release.pk)
+    if status == ReleaseStatus.FAILED:
+        rows = rows.filter(status=ReleaseStatus.RUNNING)
+    rows.update(status=status, finished_at=release.finished_at, **fields)
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.RELEASE_BUILD_LEASE_S)
+
+
+LOST_MESSAGE = (
+    "the build lost its worker (still running when its lease of {lease} s ran out); "
+    "retry it"
+)
+
+
+def releases_reap_stale(*, study: Study | None = None) -> int:
+    """Mark failed, with a message, every running release (of ``study``, or all)
+    whose lease has run out; returns how many. Idempotent and safe to run
+    concurrently (a compare-and-set update)."""
+    now = timezone.now()
+    stale = Release.objects.filter(status=ReleaseStatus.RUNNING).filter(
+        Q(lease_expires_at__lt=now)
+        # Claimed before leases existed: the claim time is unknown, creation is close.
+        | Q(lease_expires_at__isnull=True, created_at__lt=now - _lease())
+    )
+    if study is not None:
+        stale = stale.filter(study=study)
+    message = LOST_MESSAGE.format(lease=settings.RELEASE_BUILD_LEASE_S)
+    return stale.update(status=ReleaseStatus.FAILED, finished_at=now, error=message)
+
+
+@transaction.atomic
+def release_retry(*, release: Release, queue: bool = True) -> Release:
+    """Put a failed release back to pending (same number) and, with ``queue``, build
+    it on a worker after commit. ConflictError unless it is failed. A folder left
+    in place by the lost build still refuses the build (releases are immutable):
+    the error names it."""
+    release_key()
+    retried = Release.objects.filter(pk=release.pk, status=ReleaseStatus.FAILED).update(
+        status=ReleaseStatus.PENDING, error="", finished_at=None, lease_expires_at=None
+    )
+    release.refresh_from_db()
+    if not retried:
+        raise ConflictError(
+            f"release {release.number} is {release.status}: only a failed release "
+            "can be retried"
+        )
+    if queue:
+        from ..tasks import release_build_task
+
+        transaction.on_commit(lambda: release_build_task.delay(release.pk))
+    return release
 
 
 def release_export(

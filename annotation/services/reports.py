@@ -22,29 +22,44 @@ from django.contrib.auth import get_user_model
 from benchmarks.models import Qrel
 from calibration.models import DocumentAbility
 from rcp_platform.exceptions import ApplicationError
+from rcp_platform.keys import weak_key_reason
 
 from .. import release_format
 from ..analysis import Annotation, Contest, StudyConfig, annotator_pick, study_report
 from ..analysis.picks import TIE_MARGIN
-from ..models import Assignment, AssignmentStatus, ContestDocument, Grade, Study
+from ..models import (
+    AnnotatorRandomId,
+    Assignment,
+    AssignmentStatus,
+    ContestDocument,
+    Grade,
+    Study,
+)
 from ..models import Contest as ContestRow
+from .annotators import annotator_random_id_ensure
 
 Tables = dict[str, list[dict[str, Any]]]
 
 
-def annotator_hash(*, study_id: int, annotator_id: int, key: str) -> str:
-    """HMAC-SHA256(key, "study:annotator"), 16 hex characters: stable within a study,
-    unrelated across studies, one-way without the key."""
-    message = f"{study_id}:{annotator_id}".encode()
+def annotator_hash(*, study_id: int, random_id: str, key: str) -> str:
+    """HMAC-SHA256(key, "study:random id"), 16 hex characters: stable within a study,
+    unrelated across studies, one-way without the key, and not enumerable with it
+    (the random id is 32 random bytes, see ``AnnotatorRandomId``)."""
+    message = f"{study_id}:{random_id}".encode()
     return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()[:16]
 
 
 def release_key() -> str:
-    """``RELEASE_HASH_KEY``; ApplicationError when it is missing or empty."""
+    """``RELEASE_HASH_KEY``; ApplicationError when it is missing, shorter than 32
+    random bytes, a known placeholder or not random-looking (also with DEBUG)."""
     key = getattr(settings, "RELEASE_HASH_KEY", "") or ""
-    if not key.strip():
+    problem = weak_key_reason(key)
+    if problem:
         raise ApplicationError(
-            "RELEASE_HASH_KEY is not set: releases need it to hash annotator ids"
+            f"RELEASE_HASH_KEY {problem}: releases need a secret key of at least 32 "
+            "random bytes to hash annotator ids. Set it in .env, e.g. to the output of "
+            'python -c "import secrets; print(secrets.token_urlsafe(48))" '
+            "(`make run` generates one when it is missing)."
         )
     return key
 
@@ -52,19 +67,28 @@ def release_key() -> str:
 def study_pseudonyms(*, study: Study, key: str | None = None) -> dict[int, str]:
     """Annotator user id -> the name used in reports and releases: the release hash
     with ``key`` (default RELEASE_HASH_KEY, so DB and release reports match), else
-    ``user-<id>`` when no key is set."""
-    ids = (
+    ``user-<id>`` when no usable key is set. Creates a missing random id (accounts
+    made before random ids existed get theirs from the migration)."""
+    ids = list(
         Assignment.objects.filter(contest__study=study)
         .values_list("annotator_id", flat=True)
         .distinct()
     )
     if key is None:
         key = getattr(settings, "RELEASE_HASH_KEY", "") or ""
-    if key.strip():
-        return {
-            i: annotator_hash(study_id=study.pk, annotator_id=i, key=key) for i in ids
-        }
-    return {i: f"user-{i}" for i in ids}
+        if weak_key_reason(key):
+            return {i: f"user-{i}" for i in ids}
+    random_ids = dict(
+        AnnotatorRandomId.objects.filter(user_id__in=ids).values_list(
+            "user_id", "value"
+        )
+    )
+    for i in set(ids) - set(random_ids):
+        random_ids[i] = annotator_random_id_ensure(user=get_user_model()(pk=i))
+    return {
+        i: annotator_hash(study_id=study.pk, random_id=random_ids[i], key=key)
+        for i in ids
+    }
 
 
 def _float(value: float | None) -> float | None:

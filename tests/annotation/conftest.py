@@ -62,13 +62,15 @@ def members(study, annotator):
 
 
 SECRET_COMMENT = "zebra-quartz-7731 my private note"
+# A key of the strength export demands (48 random bytes, URL-safe base64).
+TEST_RELEASE_KEY = "pX2c9Qm4Vt7Lk1Zr8Wn3Hy6Bs0Jd5Fg-Ua_Ke2Ox9Ti4Rc7Mv1Nb8Yq3Sw6El0Gh5I"
 
 
 @pytest.fixture
 def release_settings(settings, tmp_path):
     """Releases go to a temporary MEDIA_ROOT, hashed with a test key."""
     settings.MEDIA_ROOT = str(tmp_path / "media")
-    settings.RELEASE_HASH_KEY = "test-release-key"
+    settings.RELEASE_HASH_KEY = TEST_RELEASE_KEY
     return settings
 
 

@@ -231,6 +231,62 @@ BAD_CASES = {
     "duplicate qrel": ("qrels", ["q1\td1\t1", "q1\td1\t2"], 2, "duplicate qrel"),
     "empty corpus": ("corpus", [], None, "file is empty"),
     "empty qrels": ("qrels", ["", "  "], None, "file is empty"),
+    # What PostgreSQL refuses (DataError, ValueError) is refused by the parser, with
+    # its line, on every database.
+    "lone surrogate in text": (
+        "corpus",
+        [*corpus_lines(2), json.dumps({"_id": "d3", "text": "bad \ud800 half"})],
+        3,
+        "field 'text' contains a lone surrogate (\\ud800)",
+    ),
+    "lone surrogate in id": (
+        "queries",
+        [json.dumps({"_id": "q\udc80", "text": "x"})],
+        1,
+        "field '_id' contains a lone surrogate (\\udc80)",
+    ),
+    "NUL in JSON text": (
+        "corpus",
+        [json.dumps({"_id": "d1", "title": "a\u0000b", "text": "x"})],
+        1,
+        "field 'title' contains a NUL character",
+    ),
+    "NUL byte in a TSV line": (
+        "pools",
+        ["q1\td1\t1", "q1\td2\x00\t2"],
+        2,
+        "contains a NUL character",
+    ),
+    "over-long document id": (
+        "corpus",
+        [json.dumps({"_id": "d" * 201, "text": "x"})],
+        1,
+        "field '_id' is 201 characters long; ids have at most 200",
+    ),
+    "over-long query id in qrels": (
+        "qrels",
+        ["q1\td1\t1", f"{'q' * 300}\td1\t1"],
+        2,
+        "field 'query id' is 300 characters long",
+    ),
+    "pools with only a header": (
+        "pools",
+        ["query-id\tcorpus-id\trank"],
+        None,
+        "no pool entries after the header line",
+    ),
+    "qrels with only a header": (
+        "qrels",
+        ["query-id\tcorpus-id\tscore"],
+        None,
+        "no qrels after the header line",
+    ),
+    "negative grade": (
+        "qrels",
+        ["q1 0 d1 1", "q1 0 d2 -1"],
+        2,
+        "grade -1 is negative",
+    ),
 }
 
 
@@ -451,3 +507,66 @@ def test_dataset_delete_removes_only_that_dataset(
         "System": 1,
         "RankingEntry": 1,
     }
+
+
+def test_files_with_a_byte_order_mark_import(files: dict[str, Path]) -> None:
+    """A UTF-8 BOM (as Windows tools write it) before TREC qrels or JSONL is
+    skipped, not read as part of the first id."""
+    files["qrels"].write_text(
+        "\ufeffq1 0 d1 2\nq1 0 d2 0\n2 0 d3 1\n", encoding="utf-8"
+    )
+    corpus = files["corpus"]
+    corpus.write_text("\ufeff" + corpus.read_text(encoding="utf-8"), encoding="utf-8")
+    dataset = dataset_import(name="bom", **files)
+    grades = dict(
+        Qrel.objects.filter(query__dataset=dataset).values_list(
+            "document__external_id", "grade"
+        )
+    )
+    assert grades == {"d1": 2.0, "d2": 0.0, "d3": 1.0}
+    assert Document.objects.filter(dataset=dataset, external_id="d1").exists()
+
+
+def _gzip(path: Path, chunks) -> Path:
+    with gzip.open(path, "wb", compresslevel=9) as fh:
+        for chunk in chunks:
+            fh.write(chunk)
+    return path
+
+
+def test_gzip_bomb_is_refused_at_the_size_cap(
+    files: dict[str, Path], tmp_path: Path, settings
+) -> None:
+    """A small .gz of many megabytes of blank lines stops at IMPORT_MAX_BYTES with
+    the file and line, and nothing is written."""
+    settings.IMPORT_MAX_BYTES = 1_000_000
+    line = b" " * 999 + b"\n"
+    bomb = _gzip(
+        tmp_path / "corpus.jsonl.gz",
+        [corpus_lines(1)[0].encode() + b"\n", *([line * 1000] * 20)],  # 20 MB
+    )
+    assert bomb.stat().st_size < 100_000
+    before = snapshot()
+    with pytest.raises(ImportFailed) as info:
+        dataset_import(name="bomb", **{**files, "corpus": bomb})
+    message = info.value.message
+    assert message.startswith(f"{bomb}, line ")
+    assert "more than 1000000 bytes after decompression (IMPORT_MAX_BYTES)" in message
+    assert 900 < info.value.line <= 1002  # stopped near the cap, not at the end
+    assert snapshot() == before
+
+
+def test_huge_line_is_refused_at_the_line_cap(
+    files: dict[str, Path], tmp_path: Path, settings
+) -> None:
+    """One endless line (a gzip of spaces without a newline) is refused at
+    IMPORT_MAX_LINE_CHARS instead of being read into memory whole."""
+    settings.IMPORT_MAX_LINE_CHARS = 65_536
+    bomb = _gzip(tmp_path / "pools.tsv.gz", [b" " * 1_000_000] * 10)  # 10 MB
+    with pytest.raises(ImportFailed) as info:
+        dataset_import(name="bomb", **{**files, "pools": bomb})
+    assert info.value.message == (
+        f"{bomb}, line 1: line longer than 65536 characters "
+        "(IMPORT_MAX_LINE_CHARS); refused"
+    )
+    assert not Dataset.objects.filter(name="bomb").exists()
