@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import resource
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -200,7 +201,7 @@ def command_section(spec) -> dict:
             DATABASE_URL=f"sqlite:///{tmp_path / 'bench.sqlite3'}",
             RCP_VAR_DIR=str(tmp_path / "var"),
             DEBUG="false",
-            SECRET_KEY="bench-" + "x" * 40,
+            SECRET_KEY=secrets.token_urlsafe(50),
             ALLOWED_HOSTS="localhost",
         )
 
