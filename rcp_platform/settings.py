@@ -290,6 +290,11 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 
+# ---------------------------------------------------------------------------- CALIBRATION
+# A running fit stamps a heartbeat every 5 s; one silent for this long belonged to a
+# dead worker and is marked failed (it can be run again).
+CALIBRATION_FIT_LEASE = env.int("CALIBRATION_FIT_LEASE", default=300)
+
 # ---------------------------------------------------------------------------- LLM PROVIDERS
 # Judges name the environment variable that holds their API key (never the key itself).
 JUDGE_DEFAULT_TIMEOUT = env.float("JUDGE_DEFAULT_TIMEOUT", default=120.0)
