@@ -58,27 +58,56 @@ def reliability(
     return overall
 
 
-def _mean_abs_offdiag_corr(x: np.ndarray) -> float | None:
-    if x.shape[0] < 2:
+def _mean_abs_offdiag_corr(n: int, total: np.ndarray, cross: np.ndarray) -> float | None:
+    """Mean |correlation| over criterion pairs from moments: n rows, column sums and
+    the cross-product matrix. Constant columns are left out."""
+    if n < 2:
         return None
-    sd = x.std(axis=0)
-    keep = sd > 0
+    mean = total / n
+    cov = cross / n - np.outer(mean, mean)
+    var = np.diag(cov).copy()
+    keep = var > 1e-12 * np.maximum(1.0, np.abs(np.diag(cross) / n))
     if keep.sum() < 2:
         return None
-    c = np.corrcoef(x[:, keep], rowvar=False)
+    sd = np.sqrt(var[keep])
+    c = cov[np.ix_(keep, keep)] / np.outer(sd, sd)
     iu = np.triu_indices(c.shape[0], k=1)
     return float(np.abs(c[iu]).mean())
 
 
-def criterion_correlation(answers: np.ndarray, predicted: np.ndarray) -> dict:
+def criterion_correlation(
+    answers: np.ndarray,
+    predicted: np.ndarray,
+    *,
+    unit: np.ndarray | None = None,
+    chunk: int = 1 << 20,
+) -> dict:
     """Mean |correlation| between criteria over placements: raw answers, and the
     residuals answers - P(pass | ability) (local dependence left after the model).
-    Constant criteria are left out; fewer than two usable criteria gives None."""
-    y = np.asarray(answers, dtype=np.float64)
-    p = np.asarray(predicted, dtype=np.float64)
+
+    ``predicted`` is (placements, C), or with ``unit`` given, (units, C) indexed by
+    ``unit[p]`` per placement. Placements are accumulated in chunks as moments, so
+    memory stays flat at any scale. Constant criteria are left out; fewer than two
+    usable criteria gives None.
+    """
+    y_all = np.asarray(answers)
+    n = y_all.shape[0]
+    c = y_all.shape[1] if y_all.ndim == 2 else 0
+    sums = {"raw": np.zeros(c), "conditional": np.zeros(c)}
+    cross = {"raw": np.zeros((c, c)), "conditional": np.zeros((c, c))}
+    for lo in range(0, n, chunk):
+        y = y_all[lo : lo + chunk].astype(np.float64)
+        if unit is None:
+            p = np.asarray(predicted[lo : lo + chunk], dtype=np.float64)
+        else:
+            p = np.asarray(predicted, dtype=np.float64)[unit[lo : lo + chunk]]
+        r = y - p
+        for key, x in (("raw", y), ("conditional", r)):
+            sums[key] += x.sum(axis=0)
+            cross[key] += x.T @ x
     return {
-        "raw": _mean_abs_offdiag_corr(y),
-        "conditional": _mean_abs_offdiag_corr(y - p),
+        key: _mean_abs_offdiag_corr(n, sums[key], cross[key]) if c else None
+        for key in ("raw", "conditional")
     }
 
 

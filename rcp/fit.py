@@ -272,7 +272,7 @@ def calibrate(
             pred[calibrated], n[calibrated], passes[calibrated]
         ),
         "criterion_correlation": diagnostics.criterion_correlation(
-            j.r_answers[keep], pred[j.r_doc[keep]]
+            j.r_answers[keep], pred, unit=j.r_doc[keep]
         ),
         "tau": diagnostics.spread(tau),
         "flag_text": {k: v for k, v in FLAG_TEXT.items()},
