@@ -133,20 +133,43 @@ def _parity(suite, cal) -> dict:
     }
 
 
-def fit_section(spec, *, parity: bool) -> dict:
-    """Simulate, then time ``rcp.fit.calibrate``; recovery against the truth."""
-    from rcp.fit import calibrate
-    from rcp.simulate import KINDS, recovery, simulate_suite
+def generate_section(spec, path: str) -> dict:
+    """Simulate a suite and save it, so the fit's process holds only its input."""
+    from rcp.simulate import simulate_suite
 
     t0 = time.perf_counter()
-    suite = simulate_suite(spec)
+    simulate_suite(spec).save(path)
+    return {"generate_s": time.perf_counter() - t0, "peak_rss_mb": _rss_mb()}
+
+
+def fit_section(path: str, *, parity: bool) -> dict:
+    """Load a saved suite, then time ``rcp.fit.calibrate``; recovery against the
+    truth. Peak RSS covers the input arrays and the fit."""
+    from rcp.fit import calibrate
+    from rcp.simulate import KINDS, Suite, recovery
+
+    suite = Suite.load(path)
     judgments = _judgments(suite)
-    gen = time.perf_counter() - t0
+    # Keep only what recovery needs: the process then holds what a service would
+    # (the judgments) plus the truth.
+    from types import SimpleNamespace
+
+    suite = SimpleNamespace(
+        n_queries=suite.n_queries,
+        doc_query=suite.doc_query,
+        truth=suite.truth,
+        kind=suite.kind,
+        gamma=suite.gamma,
+        beta=suite.beta,
+        valid_rubric=suite.valid_rubric if parity else None,
+    )
+    gen = 0.0
     stages: dict[str, float] = {}
 
     def progress(stage: str, done: int, total: int) -> None:
         stages.setdefault(stage, time.perf_counter())
 
+    input_rss = _rss_mb()
     t0 = time.perf_counter()
     cal = calibrate(judgments, progress=progress)
     fit_s = time.perf_counter() - t0
@@ -165,6 +188,7 @@ def fit_section(spec, *, parity: bool) -> dict:
         "tournament_windows": int(suite.t_size.size),
         "rubric_placements": int(suite.r_doc.size),
         "generate_s": gen,
+        "input_rss_mb": input_rss,
         "fit_s": fit_s,
         "bt_s": bt_s,
         "irt_s": fit_s - bt_s,
@@ -516,24 +540,30 @@ def metrics(n_systems: int, n_queries: int) -> dict:
 def child(section: str, args: argparse.Namespace) -> None:
     from rcp.simulate import NANOBEIR, STRESS, VIDORE, spec_with
 
-    if section == "nanobeir":
-        result = fit_section(
-            spec_with(NANOBEIR, n_queries=args.queries), parity=not args.skip_parity
-        )
+    specs = {
+        "nanobeir": spec_with(NANOBEIR, n_queries=args.queries),
+        "stress": spec_with(STRESS, n_queries=args.stress_queries),
+        "vidore": spec_with(VIDORE, n_queries=args.vidore_queries),
+    }
+    if section.startswith("generate-"):
+        result = generate_section(specs[section.split("-", 1)[1]], args.suite_file)
+    elif section in ("nanobeir", "stress", "vidore"):
+        parity = section != "vidore" and not args.skip_parity
+        result = fit_section(args.suite_file, parity=parity)
     elif section == "command":
-        result = command_section(spec_with(NANOBEIR, n_queries=args.queries))
-    elif section == "stress":
-        result = fit_section(
-            spec_with(STRESS, n_queries=args.stress_queries),
-            parity=not args.skip_parity,
-        )
-    elif section == "vidore":
-        result = fit_section(
-            spec_with(VIDORE, n_queries=args.vidore_queries), parity=False
-        )
+        result = command_section(specs["nanobeir"])
     else:
         result = metrics(args.systems, args.metric_queries)
     print(json.dumps(result))
+
+
+def _fit(name: str, argv: list[str], tmp: str) -> dict:
+    """Generate in one child process, fit in another (its RSS is the fit's own)."""
+    path = str(Path(tmp) / f"{name}.npz")
+    gen = _run(f"generate-{name}", [*argv, "--suite-file", path])
+    result = _run(name, [*argv, "--suite-file", path])
+    result["generate_s"] = gen["generate_s"]
+    return result
 
 
 def _run(section: str, argv: list[str]) -> dict:
@@ -570,14 +600,14 @@ def _print_fit(name: str, r: dict, *, time_target: float | None) -> None:
         f"\n[{name}] {r['queries']:,} queries, {r['documents']:,} documents, "
         f"{r['tournament_windows']:,} tournament windows, "
         f"{r['rubric_placements']:,} rubric placements (generated in "
-        f"{r['generate_s']:.1f} s, not counted)"
+        f"{r['generate_s']:.1f} s in another process, not counted)"
     )
     print(
         f"  fit {r['fit_s']:.1f} s (BT per query {r['bt_s']:.1f} s, 2PL {r['irt_s']:.1f} s)"
         f" | converged {r['converged']} ({r['method']}, {r['iterations']} Newton "
         f"iterations, {r['inner_iterations']} query-solve passes, max |grad| "
         f"{r['max_grad']:.1e}; BT converged {r['bt_converged']}) | peak RSS "
-        f"{r['peak_rss_mb']:,.0f} MB"
+        f"{r['peak_rss_mb']:,.0f} MB (input arrays alone {r['input_rss_mb']:,.0f} MB)"
     )
     print(
         f"  recovery (normal queries): pooled Spearman {r['pooled']:.4f}, pooled "
@@ -624,6 +654,7 @@ def main() -> None:
     parser.add_argument("--skip-command", action="store_true")
     parser.add_argument("--skip-parity", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--suite-file", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args.child, args)
@@ -635,7 +666,9 @@ def main() -> None:
         *(["--skip-parity"] if args.skip_parity else []),
     ]  # fmt: skip
     print(f"versions: {_versions()}")
-    _print_fit("nanobeir", _run("nanobeir", argv), time_target=10.0)
+    tmp_dir = tempfile.TemporaryDirectory(prefix="rcp-bench-suites-")
+    tmp = tmp_dir.name
+    _print_fit("nanobeir", _fit("nanobeir", argv, tmp), time_target=10.0)
     if not args.skip_command:
         c = _run("command", argv)
         print(
@@ -656,9 +689,10 @@ def main() -> None:
         )
         if c["stderr_tail"]:
             print(f"  stderr: {c['stderr_tail']}")
-    _print_fit("stress", _run("stress", argv), time_target=None)
+    _print_fit("stress", _fit("stress", argv, tmp), time_target=None)
     if not args.skip_vidore:
-        _print_fit("vidore", _run("vidore", argv), time_target=180.0)
+        _print_fit("vidore", _fit("vidore", argv, tmp), time_target=180.0)
+    tmp_dir.cleanup()
     m = _run("metrics", argv)
     print(
         f"\n[metrics] nDCG@10, {m['systems']} systems x {m['queries']:,} queries x 100 ranked docs"

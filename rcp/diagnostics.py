@@ -58,7 +58,9 @@ def reliability(
     return overall
 
 
-def _mean_abs_offdiag_corr(n: int, total: np.ndarray, cross: np.ndarray) -> float | None:
+def _mean_abs_offdiag_corr(
+    n: int, total: np.ndarray, cross: np.ndarray
+) -> float | None:
     """Mean |correlation| over criterion pairs from moments: n rows, column sums and
     the cross-product matrix. Constant columns are left out."""
     if n < 2:

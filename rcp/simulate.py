@@ -14,7 +14,9 @@ against the truth. No Django; seeded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 from scipy.special import expit
@@ -125,6 +127,27 @@ class Suite:
         """Query of each window (its first document's)."""
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         return self.doc_query[docs[starts]] if sizes.size else np.zeros(0, np.int64)
+
+    def save(self, path: str | Path) -> None:
+        """Write the suite as one ``.npz`` (spec included), for another process."""
+        arrays = {
+            k: getattr(self, k)
+            for k in (
+                "doc_query", "truth", "kind", "decisiveness", "t_size", "t_doc",
+                "t_score", "t_valid", "r_size", "r_doc", "r_answers", "r_valid",
+                "gamma", "beta",
+            )
+        }  # fmt: skip
+        spec = json.dumps(asdict(self.spec))
+        np.savez(path, spec=np.array(spec), **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Suite:
+        with np.load(path) as data:
+            spec = json.loads(str(data["spec"]))
+            spec = SuiteSpec(**{k: tuple(v) if isinstance(v, list) else v
+                                for k, v in spec.items()})  # fmt: skip
+            return cls(spec=spec, **{k: data[k] for k in data.files if k != "spec"})
 
     def valid_tournament(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         keep = np.repeat(self.t_valid, self.t_size)
