@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numexpr as ne
 import numpy as np
 from scipy.optimize import minimize as scipy_minimize
 from scipy.special import expit, logsumexp
@@ -138,14 +139,21 @@ class TournamentProblem:
     def _rows(
         self, gamma: np.ndarray, beta: np.ndarray, tau: np.ndarray, a: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(d = xi - beta, z, exp(-|z|), per-row data loss) over (C, rows)."""
+        """(d = xi - beta, z, exp(-|z|), per-row data loss) over (C, rows).
+
+        Element-wise chains run in numexpr: one pass over memory instead of one per
+        operation (about half the time of the same numpy expressions at scale).
+        """
         xi = tau[self.q] * self.th + a[self.q]
-        d = xi - beta[:, None]
-        z = gamma[:, None] * d
+        d = ne.evaluate("xi - b", local_dict={"xi": xi, "b": beta[:, None]})
+        z = ne.evaluate("g * d", local_dict={"g": gamma[:, None], "d": d})
         # softplus(z) = max(z, 0) + log1p(exp(-|z|)): one exp serves both the
         # loss and the probabilities.
-        ez = np.exp(-np.abs(z))
-        loss = (self.n * (np.maximum(z, 0.0) + np.log1p(ez)) - self.s * z).sum(axis=0)
+        ez = ne.evaluate("exp(-abs(z))", local_dict={"z": z})
+        loss = ne.evaluate(
+            "n * (where(z > 0, z, 0) + log1p(ez)) - s * z",
+            local_dict={"n": self.n, "z": z, "ez": ez, "s": self.s},
+        ).sum(axis=0)
         return d, z, ez, loss
 
     def _ridge(self, u: np.ndarray, v: np.ndarray) -> float:
@@ -178,9 +186,12 @@ class TournamentProblem:
         in (tau, alpha) for fixed items. Convex in (tau, alpha): PD thanks to the
         priors."""
         _d, z, ez, loss = self._rows(gamma, beta, tau, a)
-        prob = np.where(z >= 0.0, 1.0, ez) / (1.0 + ez)
-        d1 = gamma @ (self.n * prob - self.s)
-        d2 = (gamma**2) @ (self.n * prob * (1.0 - prob))
+        names = {"n": self.n, "s": self.s, "z": z, "ez": ez}
+        # p = sigmoid(z) and p (1 - p) = exp(-|z|) / (1 + exp(-|z|))^2 for any sign.
+        e = ne.evaluate("n * where(z >= 0, 1, ez) / (1 + ez) - s", local_dict=names)
+        w = ne.evaluate("n * ez / (1 + ez) ** 2", local_dict=names)
+        d1 = gamma @ e
+        d2 = (gamma**2) @ w
         th = self.th
         sums = self._per_query(
             np.vstack([loss, d1, d1 * th, d2, d2 * th, d2 * th * th])
@@ -199,12 +210,10 @@ class TournamentProblem:
         c = self.c
         u, v, gamma, beta = self.items(y)
         d, z, ez, loss = self._rows(gamma, beta, tau, a)
-        prob = np.where(z >= 0.0, 1.0, ez) / (1.0 + ez)
+        names = {"n": self.n / self.total, "s": self.s / self.total, "z": z, "ez": ez}
+        e = ne.evaluate("n * where(z >= 0, 1, ez) / (1 + ez) - s", local_dict=names)
+        w = ne.evaluate("n * ez / (1 + ez) ** 2", local_dict=names)  # d2 nll / dz2
         del z, ez
-        n_t = self.n / self.total
-        e = n_t * prob - self.s / self.total  # d nll / d z
-        w = n_t * prob * (1.0 - prob)  # d2 nll / d z2
-        del prob
         f = float(
             loss.sum() / self.total + self._prior(tau, a).sum() + self._ridge(u, v)
         )
