@@ -185,8 +185,8 @@ def fit_section(path: str, *, parity: bool) -> dict:
     out = {
         "queries": suite.n_queries,
         "documents": int(suite.doc_query.size),
-        "tournament_windows": int(suite.t_size.size),
-        "rubric_placements": int(suite.r_doc.size),
+        "tournament_windows": int(judgments.t_size.size),
+        "rubric_placements": int(judgments.r_doc.size),
         "generate_s": gen,
         "input_rss_mb": input_rss,
         "fit_s": fit_s,
