@@ -12,6 +12,11 @@ urlpatterns = [
     path("studies/<int:study_id>/grading", views.grading, name="grading"),
     path("studies/<int:study_id>/report", views.study_report, name="study-report"),
     path(
+        "studies/<int:study_id>/report/figures/<slug:name>.<str:fmt>",
+        views.report_figure,
+        name="report-figure",
+    ),
+    path(
         "studies/<int:study_id>/releases",
         views.release_create,
         name="release-create",
