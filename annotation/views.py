@@ -13,6 +13,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -338,6 +339,16 @@ def release_retry(request: HttpRequest, study_id: int, number: int) -> HttpRespo
     except ApplicationError as exc:
         messages.error(request, exc.message)
     return redirect("annotation:study-detail", study_id=study.pk)
+
+
+@login_required
+def release_index(request: HttpRequest) -> HttpResponse:
+    """Every release of every study on one page (staff only)."""
+    _staff(request)
+    releases = Paginator(selectors.release_list_all(user=request.user), 50).get_page(
+        request.GET.get("page")
+    )
+    return render(request, "annotation/release_list.html", {"releases": releases})
 
 
 @login_required

@@ -6,6 +6,7 @@ from . import apis, views
 
 app_name = "benchmarks"
 urlpatterns = [
+    path("datasets/", views.dataset_list, name="dataset-list"),
     path("datasets/<int:pk>/", views.dataset_detail, name="dataset-detail"),
     path(
         "datasets/<int:pk>/queries/<int:query_pk>/",

@@ -20,6 +20,15 @@ def _require_reader(request: HttpRequest) -> None:
 
 
 @login_required
+def dataset_list(request: HttpRequest) -> HttpResponse:
+    """Every dataset the user may read, with its counts (the navigation's
+    "Datasets")."""
+    _require_reader(request)
+    datasets = selectors.dataset_list(user=request.user)
+    return render(request, "benchmarks/dashboard.html", {"datasets": datasets})
+
+
+@login_required
 def dataset_detail(request: HttpRequest, pk: int) -> HttpResponse:
     _require_reader(request)
     dataset = selectors.dataset_get(user=request.user, ref=pk)
