@@ -7,6 +7,14 @@ from . import apis, views
 app_name = "benchmarks"
 urlpatterns = [
     path("datasets/", views.dataset_list, name="dataset-list"),
+    path("datasets/new", views.dataset_import, name="dataset-import"),
+    path("datasets/<int:pk>/runs/new", views.run_upload, name="run-upload"),
+    path("uploads/<int:pk>/", views.upload_detail, name="upload-detail"),
+    path(
+        "uploads/<int:pk>/progress",
+        views.upload_progress_fragment,
+        name="upload-progress",
+    ),
     path("datasets/<int:pk>/", views.dataset_detail, name="dataset-detail"),
     path(
         "datasets/<int:pk>/queries/<int:query_pk>/",
