@@ -17,6 +17,7 @@ CLASS_LABELS = {
 }
 SERIES = {"rcp": "RCP-nDCG winner", "qrel": "qrel-nDCG winner"}
 NO_GRADES = "No graded contests yet."
+NO_DECIDED = "No decided contest yet: every graded contest is a tie."
 
 
 def band_label(band: str) -> str:
@@ -54,7 +55,7 @@ def report_figures(*, report: dict, annotators: list[dict]) -> list[Figure]:
             rows=tuple(rows) if any(r[2] is not None for r in rows) else (),
             xlabel="|margin| band (difference in nDCG@k between the two lists)",
             ylabel="verdicts matching the metric's winner (%)",
-            empty=NO_GRADES,
+            empty=NO_DECIDED if graded else NO_GRADES,
             params={
                 "series_labels": SERIES,
                 "group_labels": {r[0]: band_label(r[0]) for r in rows},
