@@ -168,11 +168,12 @@ class Figure:
         # matplotlib's <style> sets stroke defaults on "*": inside HTML it would
         # restyle the whole page, and the figure does not need it.
         svg = re.sub(r"<style[^>]*>.*?</style>", "", svg, count=1, flags=re.S)
-        svg = re.sub(
-            r'<svg([^>]*?) width="[^"]*" height="[^"]*"',
-            rf'<svg\1 class="plot" role="img" aria-labelledby="{self.name}-title"',
-            svg,
-            count=1,
+        # Natural size (width/height in pt) is kept, so text is 10 pt in every
+        # figure on every page; CSS only shrinks a figure wider than the screen.
+        svg = svg.replace(
+            "<svg ",
+            f'<svg class="plot" role="img" aria-labelledby="{self.name}-title" ',
+            1,
         )
         title = _xml_escape(self.title)
         return re.sub(
@@ -486,7 +487,8 @@ def _draw_item_curves(fig: Figure, ax: Axes) -> None:
     theta = np.linspace(lo, hi, 241)
     probs = 1.0 / (1.0 + np.exp(-g * (theta[:, None] - b)))
     for c, r in enumerate(fig.rows):
-        label = "\n".join(textwrap.wrap(f"{r[0]} (β = {r[3]:.2f}): {r[1]}", 90))
+        # Wrapped to about the axes' width: the legend must not widen the figure.
+        label = "\n".join(textwrap.wrap(f"{r[0]} (β = {r[3]:.2f}): {r[1]}", 64))
         ax.plot(
             theta,
             probs[:, c],
