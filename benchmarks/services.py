@@ -553,13 +553,14 @@ def upload_create(
     if kind == UploadKind.DATASET and not replace:
         if Dataset.objects.filter(name=dataset_name).exists():
             raise ConflictError(
-                f"dataset {dataset_name!r} already exists; tick “replace” to replace it"
+                f"dataset {dataset_name!r} already exists; ask to replace it "
+                "(replace, --replace)"
             )
     if kind == UploadKind.RUN and not replace and dataset is not None:
         if System.objects.filter(dataset=dataset, name=system_name).exists():
             raise ConflictError(
                 f"system {system_name!r} already exists in dataset {dataset.name!r}; "
-                "tick “replace” to replace it"
+                "ask to replace it (replace, --replace)"
             )
     upload = Upload(
         kind=kind,

@@ -43,4 +43,7 @@ api_urlpatterns = [
         name="system-list",
     ),
     path("datasets/<str:dataset>/runs", apis.RunUploadApi.as_view(), name="run-upload"),
+    path(
+        "uploads/<int:upload_id>", apis.UploadDetailApi.as_view(), name="upload-detail"
+    ),
 ]

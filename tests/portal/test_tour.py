@@ -246,7 +246,13 @@ def test_a_new_admin_walks_the_whole_loop_in_the_browser(
             admin.click("nav >> text=Studies")
             admin.goto(f"{base}/annotation/studies/{study_id}/")
             admin.click("#export-release")
-            admin.wait_for_selector("text=Download zip", timeout=SLOW)  # refreshes
+            # The page refreshes itself while the worker builds the release.
+            admin.wait_for_selector(
+                "#releases .status.done, #releases .status.failed", timeout=SLOW
+            )
+            assert admin.locator("#releases .status.done").count() == 1, (
+                admin.inner_text("#releases")
+            )
             tour.shot(admin, "release-done")
             with admin.expect_download() as download:
                 admin.click("text=Download zip")
