@@ -426,10 +426,10 @@ def _draw_reliability(fig: Figure, ax: Axes) -> None:
             gid=f"{fig.name}-points",
             zorder=3,
         )
-    lim = fig.params.get("limits", (0.0, 1.0))
-    ax.set_xlim(*lim)
-    ax.set_ylim(0, 1)
-    ax.set_aspect("equal" if lim == (0.0, 1.0) else "auto")
+    # A little room past 0 and 1: points at the extremes are drawn whole.
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_aspect("equal")
     ax.xaxis.set_major_formatter(
         FuncFormatter(_pct if fig.params.get("x_percent") else lambda v, _p: f"{v:g}")
     )
@@ -614,7 +614,10 @@ def _draw_matrix(fig: Figure, ax: Axes) -> None:
     ax.set_yticks(range(n), names)
     ax.grid(visible=False)
     ax.set_aspect("equal")
-    handles = [Patch(color=c, label=label) for c, label in MATRIX_CLASSES.values()]
+    handles = [
+        Patch(facecolor=c, edgecolor="#98A2B3", linewidth=0.6, label=label)
+        for c, label in MATRIX_CLASSES.values()
+    ]
     _legend_outside(ax, handles=handles)
 
 
