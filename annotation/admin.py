@@ -122,7 +122,9 @@ class AnnotatorCsvForm(forms.Form):
         help_text="invite everyone in the file to this study",
     )
     update = forms.BooleanField(
-        required=False, help_text="re-password annotators that exist already"
+        required=False,
+        help_text="invite annotators that exist already (their password changes "
+        "only where the row gives one)",
     )
 
 

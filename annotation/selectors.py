@@ -501,6 +501,27 @@ def annotators_by_usernames(*, usernames: Sequence[str]) -> list[Any]:
     return [found[u] for u in usernames]
 
 
+# ---------------------------------------------------------------------------- accounts
+
+
+def annotator_accounts() -> QuerySet[Any]:
+    """Annotator accounts (the annotators group, never staff), by username."""
+    from .models import Annotator
+
+    return Annotator.objects.filter(is_staff=False, is_superuser=False).order_by(
+        "username"
+    )
+
+
+def annotator_accounts_with_studies() -> list[tuple[Any, list[StudyMember]]]:
+    """Staff page rows: each annotator account with its study memberships."""
+    users = list(annotator_accounts())
+    memberships: dict[int, list[StudyMember]] = defaultdict(list)
+    for m in StudyMember.objects.filter(annotator__in=users).order_by("study_id"):
+        memberships[m.annotator_id].append(m)
+    return [(u, memberships[u.pk]) for u in users]
+
+
 # ---------------------------------------------------------------------------- releases
 
 

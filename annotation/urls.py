@@ -8,6 +8,13 @@ app_name = "annotation"
 urlpatterns = [
     path("", views.home, name="home"),
     path("studies/", views.study_list, name="study-list"),
+    path("annotators/", views.annotator_list, name="annotator-list"),
+    path(
+        "set-password/<uidb64>/<token>/",
+        views.SetPasswordView.as_view(),
+        name="set-password",
+    ),
+    path("set-password/done/", views.set_password_done, name="set-password-done"),
     path("studies/<int:study_id>/", views.study_detail, name="study-detail"),
     path("studies/<int:study_id>/grading", views.grading, name="grading"),
     path("studies/<int:study_id>/report", views.study_report, name="study-report"),

@@ -11,10 +11,12 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
@@ -23,7 +25,7 @@ from benchmarks.models import Dataset, System
 from rcp_platform.exceptions import ApplicationError
 
 from . import markdown, plots, sampling, selectors, services
-from .models import ReleaseStatus
+from .models import ReleaseStatus, Study
 
 
 def _reader(request: HttpRequest) -> None:
@@ -224,6 +226,112 @@ def study_action(request: HttpRequest, study_id: int, action: str) -> HttpRespon
     except ApplicationError as exc:
         messages.error(request, exc.message)
     return redirect("annotation:study-detail", study_id=study.pk)
+
+
+# ---------------------------------------------------------------------------- accounts
+
+
+class AnnotatorCreateForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    email = forms.EmailField(required=False)
+    study = forms.ModelChoiceField(
+        queryset=Study.objects.order_by("-created_at"),
+        required=False,
+        help_text="invite the new annotator to this study at once",
+    )
+
+
+class AnnotatorInviteForm(forms.Form):
+    annotator = forms.ModelChoiceField(queryset=None)
+    study = forms.ModelChoiceField(queryset=Study.objects.order_by("-created_at"))
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["annotator"].queryset = selectors.annotator_accounts()
+
+
+@login_required
+def annotator_list(request: HttpRequest) -> HttpResponse:
+    """Staff: annotator accounts and their studies; create one, invite one to a
+    study, or issue a one-time set-password link (shown here, never e-mailed).
+
+    Inviting never touches a password. A new account has no usable password until
+    its owner opens the link.
+    """
+    _staff(request)
+    create = AnnotatorCreateForm(
+        request.POST if request.POST.get("action") == "create" else None,
+        prefix="create",
+    )
+    invite = AnnotatorInviteForm(
+        request.POST if request.POST.get("action") == "invite" else None,
+        prefix="invite",
+    )
+    link = None
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "create" and create.is_valid():
+                data = create.cleaned_data
+                user, _generated = services.annotator_create(
+                    username=data["username"],
+                    email=data["email"] or "",
+                    study=data["study"],
+                    unusable_password=True,
+                )
+                link = (user, services.annotator_password_link(user=user))
+                messages.success(request, f"Annotator {user.username!r} created.")
+            elif action == "invite" and invite.is_valid():
+                data = invite.cleaned_data
+                services.study_member_add(
+                    study=data["study"], annotator=data["annotator"]
+                )
+                messages.success(
+                    request,
+                    f"{data['annotator'].username!r} invited to study "
+                    f"{data['study'].pk}; their password is unchanged.",
+                )
+                return redirect("annotation:annotator-list")
+            elif action == "link":
+                user = (
+                    selectors.annotator_accounts()
+                    .filter(pk=request.POST.get("user"))
+                    .first()
+                )
+                if user is None:
+                    raise Http404("no such annotator")
+                link = (user, services.annotator_password_link(user=user))
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+    return render(
+        request,
+        "annotation/annotators.html",
+        {
+            "annotators": selectors.annotator_accounts_with_studies(),
+            "create": create,
+            "invite": invite,
+            "link": link and (link[0], request.build_absolute_uri(link[1])),
+        },
+    )
+
+
+class SetPasswordView(auth_views.PasswordResetConfirmView):
+    """The one-time set-password page of an annotator link (Django's reset
+    confirmation: token check, SetPasswordForm with AUTH_PASSWORD_VALIDATORS)."""
+
+    template_name = "annotation/set_password.html"
+    success_url = reverse_lazy("annotation:set-password-done")
+
+    def get_user(self, uidb64: str) -> object | None:
+        user = super().get_user(uidb64)
+        # Links are for annotator accounts only; a staff uid never validates.
+        if user is not None and (user.is_staff or user.is_superuser):
+            return None
+        return user
+
+
+def set_password_done(request: HttpRequest) -> HttpResponse:
+    return render(request, "annotation/set_password_done.html")
 
 
 # ---------------------------------------------------------------------------- reports
