@@ -234,7 +234,9 @@ def rubric_current(*, study: Study) -> Rubric:
 
 
 def _live(now: datetime) -> Q:
-    return Q(status=AssignmentStatus.SUBMITTED) | Q(
+    """Assignments that hold a slot: valid submitted ones and unexpired leases (an
+    invalid assignment, of an excluded annotator, never counts toward N)."""
+    return Q(status=AssignmentStatus.SUBMITTED, valid=True) | Q(
         status=AssignmentStatus.LEASED, expires_at__gt=now
     )
 
@@ -262,13 +264,20 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
         "status",
         "expires_at",
         "submitted_at",
+        "valid",
     )
-    for contest_id, user_id, username, status, expires_at, submitted_at in rows:
+    invalid = 0
+    for contest_id, user_id, username, status, expires_at, submitted_at, ok in rows:
         entry = per_user.setdefault(
             user_id,
             {"username": username, "submitted": 0, "leased": 0, "expired": 0},
         )
-        if status == AssignmentStatus.SUBMITTED:
+        if status == AssignmentStatus.SUBMITTED and not ok:
+            # An excluded annotator's review: kept, but it fills no slot.
+            entry.setdefault("invalid", 0)
+            entry["invalid"] += 1
+            invalid += 1
+        elif status == AssignmentStatus.SUBMITTED:
             submitted[contest_id] += 1
             live[contest_id] += 1
             entry["submitted"] += 1
@@ -322,6 +331,7 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
         "in_progress": started - complete,
         "not_started": len(contest_ids) - started,
         "gradings_submitted": len(times),
+        "gradings_invalid": invalid,
         "gradings_needed": len(contest_ids) * n,
         "expired_leases": expired + lapsed,
         "annotators": annotators,
@@ -511,6 +521,26 @@ def annotator_accounts() -> QuerySet[Any]:
     return Annotator.objects.filter(is_staff=False, is_superuser=False).order_by(
         "username"
     )
+
+
+def query_document_for_gold(
+    *, study: Study, query_id: str, doc_id: str
+) -> tuple[Any, Document]:
+    """A contest query of the study and a document of its dataset, by external ids
+    (the staff gold form); NotFoundError names what is missing."""
+    contest = (
+        Contest.objects.filter(study=study, query__external_id=query_id.strip())
+        .select_related("query")
+        .first()
+    )
+    if contest is None:
+        raise NotFoundError(f"no contest of this study has query {query_id!r}")
+    document = Document.objects.filter(
+        dataset_id=contest.query.dataset_id, external_id=doc_id.strip()
+    ).first()
+    if document is None:
+        raise NotFoundError(f"document {doc_id!r} not found in the query's dataset")
+    return contest.query, document
 
 
 def annotator_accounts_with_studies() -> list[tuple[Any, list[StudyMember]]]:

@@ -34,6 +34,12 @@ urlpatterns = [
         name="release-retry",
     ),
     path(
+        "studies/<int:study_id>/annotators/<int:user_id>/exclude",
+        views.annotator_exclude,
+        name="annotator-exclude",
+    ),
+    path("studies/<int:study_id>/gold", views.study_gold, name="study-gold"),
+    path(
         "studies/<int:study_id>/open",
         views.study_action,
         {"action": "open"},

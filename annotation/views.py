@@ -24,7 +24,7 @@ from benchmarks.access import can_read_benchmarks
 from benchmarks.models import Dataset, System
 from rcp_platform.exceptions import ApplicationError
 
-from . import markdown, plots, sampling, selectors, services
+from . import acceptance, markdown, plots, sampling, selectors, services
 from .models import ReleaseStatus, Study
 
 
@@ -201,6 +201,13 @@ def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
         services.releases_reap_stale(study=study)  # a lost build shows as failed
         releases = list(selectors.release_list(study=study))
     building = (ReleaseStatus.PENDING, ReleaseStatus.RUNNING)
+    staff_only = {}
+    if request.user.is_staff:
+        staff_only = {
+            "acceptance": acceptance.study_acceptance(study=study),
+            "thresholds": acceptance.study_thresholds(study=study),
+            "gold_items": study.gold_items.count(),
+        }
     return render(
         request,
         "annotation/study_detail.html",
@@ -209,8 +216,80 @@ def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
             "progress": selectors.study_progress(study=study),
             "releases": releases,
             "releases_building": any(r.status in building for r in releases),
+            **staff_only,
         },
     )
+
+
+@login_required
+@require_POST
+def annotator_exclude(
+    request: HttpRequest, study_id: int, user_id: int
+) -> HttpResponse:
+    """Exclude an annotator from a study (staff, with a reason): their reviews become
+    invalid and their contests re-open for others."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    user = selectors.annotator_accounts().filter(pk=user_id).first()
+    if user is None:
+        raise Http404("no such annotator")
+    try:
+        counts = services.annotator_exclude(
+            study=study,
+            annotator=user,
+            reason=request.POST.get("reason", ""),
+            excluded_by=request.user,
+        )
+        messages.success(
+            request,
+            f"{user.username!r} excluded: {counts['reviews']} reviews invalid, "
+            f"{counts['contests']} contests re-open for other annotators.",
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)
+
+
+@login_required
+@require_POST
+def study_gold(request: HttpRequest, study_id: int) -> HttpResponse:
+    """Gold items of a study (staff): the mixing rate, items from the qrels, or one
+    item entered by hand (query id, document id, expected grade)."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    action = request.POST.get("action")
+    try:
+        if action == "rate":
+            try:
+                rate = float(request.POST.get("rate", ""))
+            except ValueError as exc:
+                raise ApplicationError("the gold rate is a number") from exc
+            services.study_gold_rate_set(study=study, rate=rate)
+            messages.success(request, f"Gold rate set to {study.gold_rate:g}.")
+        elif action == "qrels":
+            made = services.gold_items_from_qrels(study=study, created_by=request.user)
+            messages.success(request, f"{len(made)} gold items from the qrels.")
+        elif action == "add":
+            query, document = selectors.query_document_for_gold(
+                study=study,
+                query_id=request.POST.get("query", ""),
+                doc_id=request.POST.get("document", ""),
+            )
+            try:
+                grade = int(request.POST.get("grade", ""))
+            except ValueError as exc:
+                raise ApplicationError("the expected grade is a whole number") from exc
+            services.gold_item_add(
+                study=study,
+                query=query,
+                document=document,
+                expected_grade=grade,
+                created_by=request.user,
+            )
+            messages.success(request, "Gold item saved.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)
 
 
 @login_required

@@ -23,6 +23,13 @@ from .assignment import (
     assignment_submit,
     grade_of,
 )
+from .quality import (
+    annotator_exclude,
+    gold_item_add,
+    gold_items_from_qrels,
+    qrel_to_grade,
+    study_gold_rate_set,
+)
 from .releases import (
     release_build,
     release_export,
@@ -59,6 +66,7 @@ __all__ = [
     "annotator_activate",
     "annotator_create",
     "annotator_deactivate",
+    "annotator_exclude",
     "annotator_group_ensure",
     "annotator_hash",
     "annotator_password_link",
@@ -67,7 +75,10 @@ __all__ = [
     "assignment_draft_save",
     "assignment_next",
     "assignment_submit",
+    "gold_item_add",
+    "gold_items_from_qrels",
     "grade_of",
+    "qrel_to_grade",
     "release_build",
     "release_export",
     "release_folder",
@@ -78,6 +89,7 @@ __all__ = [
     "rubric_create",
     "study_close",
     "study_create",
+    "study_gold_rate_set",
     "study_member_add",
     "study_open",
     "study_plan",

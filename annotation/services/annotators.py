@@ -251,7 +251,8 @@ def annotator_activate(*, user: Any) -> Any:
 
 @transaction.atomic
 def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
-    """Invite an annotator to a study (idempotent; re-activates a removed member)."""
+    """Invite an annotator to a study (idempotent; re-activates a removed member,
+    never an excluded one). Never touches the password."""
     if not annotator.has_perm(selectors.ANNOTATE_PERMISSION) and not (
         annotator.groups.filter(name=ANNOTATORS_GROUP).exists()
     ):
@@ -260,6 +261,11 @@ def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
     member, created = StudyMember.objects.get_or_create(
         study=study, annotator=annotator
     )
+    if member.excluded_at is not None:
+        raise ConflictError(
+            f"{annotator.username!r} was excluded from this study "
+            f"({member.excluded_reason}); an exclusion is final"
+        )
     if not created and not member.active:
         member.active = True
         member.save(update_fields=["active"])

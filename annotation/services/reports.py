@@ -13,6 +13,7 @@ import hashlib
 import hmac
 from collections import defaultdict
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,10 @@ def study_tables(
 ) -> Tables:
     """The release tables of a study, from submitted assignments only (read-only).
 
+    A review is valid unless its annotator was excluded (``Assignment.valid``);
+    invalid reviews stay in the tables, marked (``reviews.valid`` and
+    ``grades.valid_review``), so readers can redo the analysis either way.
+
     Contests carry both lists, the displayed union and design metrics; documents
     the fit's gains/abilities and the qrels; grades the raw answers, grade, within-
     grade order and seconds. ``reviews``/``verdicts`` and the shown margins come from
@@ -155,6 +160,7 @@ def study_tables(
         keys |= {(c.query_id, e.document_id) for e in shown}
     documents = _document_rows(study, keys, include_text)
     grades = []
+    valid: dict[tuple[int, str], bool] = {}
     position = {c.pk: c.position for c in contests}
     for g in Grade.objects.filter(
         assignment__contest__study=study,
@@ -168,8 +174,10 @@ def study_tables(
         "grade",
         "order",
         "seconds",
+        "assignment__valid",
     ):
-        contest_id, doc, user_id, version, answers, grade, order, seconds = g
+        contest_id, doc, user_id, version, answers, grade, order, seconds, ok = g
+        valid[position[contest_id], pseudonyms[user_id]] = ok
         grades.append(
             {
                 "contest_id": position[contest_id],
@@ -180,6 +188,7 @@ def study_tables(
                 "grade": grade,
                 "order": order,
                 "seconds": float(seconds),
+                "valid_review": ok,
             }
         )
     grades.sort(key=lambda r: (r["contest_id"], r["annotator"], r["doc_id"]))
@@ -191,7 +200,7 @@ def study_tables(
         "documents": documents,
         "grades": grades,
         "reviews": [
-            {"contest_id": c, "annotator": a, "pick": None, "valid": True}
+            {"contest_id": c, "annotator": a, "pick": None, "valid": valid[c, a]}
             for c, a in reviews
         ],
         "verdicts": [],
@@ -323,15 +332,45 @@ def analysis_inputs(
 def tables_report(
     tables: Tables, *, k: int, exclude_systems: Collection[str] = ()
 ) -> dict[str, Any]:
-    """``study_report`` of (a subset of) release tables, with the subset recorded."""
+    """``study_report`` of (a subset of) release tables, with the subset recorded.
+
+    When some reviews are invalid (excluded annotators) the report is over the valid
+    ones, and ``with_excluded`` holds the main results counting every review, so
+    the effect of the exclusion is shown beside (``excluded_annotators`` names them).
+    """
     subset = tables_subset(tables, exclude_systems=exclude_systems)
     contests, annotations, config = analysis_inputs(subset, k=k)
     try:
         report = study_report(contests, annotations, config=config)
+        invalid = [a for a in annotations if not a.valid]
+        if invalid:
+            everyone = [replace(a, valid=True) for a in annotations]
+            report["with_excluded"] = _main_results(
+                study_report(contests, everyone, config=config)
+            )
+            report["excluded_annotators"] = sorted({a.annotator for a in invalid})
     except ValueError as exc:
         raise ApplicationError(f"cannot analyse this study: {exc}") from exc
     report["subset"] = {"exclude_systems": sorted(exclude_systems)}
     return report
+
+
+# The headline figures shown side by side with and without excluded annotators.
+MAIN_RESULT_KEYS = (
+    "reviews",
+    "annotators",
+    "verdicts",
+    "verdict_classes",
+    "main",
+    "disagreements",
+    "label_auc",
+    "krippendorff_alpha",
+    "pick_agreement",
+)
+
+
+def _main_results(report: dict[str, Any]) -> dict[str, Any]:
+    return {key: report[key] for key in MAIN_RESULT_KEYS if key in report}
 
 
 def tables_complete(tables: Tables, *, k: int) -> Tables:
