@@ -436,6 +436,14 @@ def annotator_progress(
     }
 
 
+def annotator_has_lease(*, study: Study, annotator: Any) -> bool:
+    """Whether the annotator holds a lease in the study (a contest to come back to,
+    even when no new contest is left for them)."""
+    return Assignment.objects.filter(
+        contest__study=study, annotator=annotator, status=AssignmentStatus.LEASED
+    ).exists()
+
+
 def assignment_payload(
     *, assignment: Assignment, with_draft: bool = False
 ) -> dict[str, Any]:

@@ -49,7 +49,15 @@ def home(request: HttpRequest) -> HttpResponse:
     if not selectors.is_annotator(request.user):
         raise PermissionDenied
     rows = [
-        (study, selectors.annotator_progress(study=study, annotator=request.user))
+        (
+            study,
+            {
+                **selectors.annotator_progress(study=study, annotator=request.user),
+                "has_lease": selectors.annotator_has_lease(
+                    study=study, annotator=request.user
+                ),
+            },
+        )
         for study in selectors.annotator_study_list(user=request.user)
     ]
     return render(request, "annotation/home.html", {"rows": rows})
