@@ -441,12 +441,13 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
     study = selectors.study_get(user=request.user, study_id=study_id)
     systems = sorted(set(study.systems.values_list("name", flat=True)))
     exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
+    severity = request.GET.get("severity") == "1"
     error = None
     report: dict = {}
     names: dict[str, str] = {}
     try:
         report, names = services.study_report_build(
-            study=study, exclude_systems=exclude
+            study=study, exclude_systems=exclude, severity=severity
         )
     except ApplicationError as exc:
         error = exc.message
@@ -481,6 +482,16 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             "annotators": annotators,
             "systems": systems,
             "excluded": exclude,
+            "severity": severity,
+            "severities": sorted(
+                (
+                    (names.get(key, key), value)
+                    for key, value in report.get("severity", {})
+                    .get("severity", {})
+                    .items()
+                ),
+                key=lambda row: -row[1],
+            ),
         },
     )
 

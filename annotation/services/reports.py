@@ -278,7 +278,7 @@ def tables_subset(tables: Tables, *, exclude_systems: Collection[str] = ()) -> T
 
 
 def analysis_inputs(
-    tables: Tables, *, k: int
+    tables: Tables, *, k: int, severity: bool = False
 ) -> tuple[list[Contest], list[Annotation], StudyConfig]:
     """Release tables -> (contests, annotations, config) for ``study_report``.
 
@@ -326,11 +326,15 @@ def analysis_inputs(
         )
         for (contest_id, annotator), rows in sorted(by_review.items())
     ]
-    return contests, annotations, StudyConfig(k=k)
+    return contests, annotations, StudyConfig(k=k, severity=severity)
 
 
 def tables_report(
-    tables: Tables, *, k: int, exclude_systems: Collection[str] = ()
+    tables: Tables,
+    *,
+    k: int,
+    exclude_systems: Collection[str] = (),
+    severity: bool = False,
 ) -> dict[str, Any]:
     """``study_report`` of (a subset of) release tables, with the subset recorded.
 
@@ -339,14 +343,14 @@ def tables_report(
     the effect of the exclusion is shown beside (``excluded_annotators`` names them).
     """
     subset = tables_subset(tables, exclude_systems=exclude_systems)
-    contests, annotations, config = analysis_inputs(subset, k=k)
+    contests, annotations, config = analysis_inputs(subset, k=k, severity=severity)
     try:
         report = study_report(contests, annotations, config=config)
         invalid = [a for a in annotations if not a.valid]
         if invalid:
             everyone = [replace(a, valid=True) for a in annotations]
             report["with_excluded"] = _main_results(
-                study_report(contests, everyone, config=config)
+                study_report(contests, everyone, config=replace(config, severity=False))
             )
             report["excluded_annotators"] = sorted({a.annotator for a in invalid})
     except ValueError as exc:
@@ -417,14 +421,16 @@ def tables_complete(tables: Tables, *, k: int) -> Tables:
 
 
 def study_report_build(
-    *, study: Study, exclude_systems: Collection[str] = ()
+    *, study: Study, exclude_systems: Collection[str] = (), severity: bool = False
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The report of a study (optionally without contests of some systems) and the
     pseudonym -> username map for staff pages. Annotator flags are keyed by
     pseudonym, never by username: only staff views translate them."""
     pseudonyms = study_pseudonyms(study=study)
     tables = study_tables(study=study, pseudonyms=pseudonyms)
-    report = tables_report(tables, k=study.depth, exclude_systems=exclude_systems)
+    report = tables_report(
+        tables, k=study.depth, exclude_systems=exclude_systems, severity=severity
+    )
     users = dict(
         get_user_model()
         .objects.filter(pk__in=list(pseudonyms))
@@ -435,7 +441,7 @@ def study_report_build(
 
 
 def release_report(
-    *, folder: Path, exclude_systems: Collection[str] = ()
+    *, folder: Path, exclude_systems: Collection[str] = (), severity: bool = False
 ) -> dict[str, Any]:
     """The report of a release folder alone (verified first; ApplicationError
     listing the problems otherwise)."""
@@ -446,4 +452,6 @@ def release_report(
             "invalid release: " + "; ".join(exc.errors[:10])
         ) from exc
     k = int(manifest["analysis"]["k"])
-    return tables_report(tables, k=k, exclude_systems=exclude_systems)
+    return tables_report(
+        tables, k=k, exclude_systems=exclude_systems, severity=severity
+    )
