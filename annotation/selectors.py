@@ -270,11 +270,16 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
     for contest_id, user_id, username, status, expires_at, submitted_at, ok in rows:
         entry = per_user.setdefault(
             user_id,
-            {"username": username, "submitted": 0, "leased": 0, "expired": 0},
+            {
+                "username": username,
+                "submitted": 0,
+                "leased": 0,
+                "expired": 0,
+                "invalid": 0,
+            },
         )
         if status == AssignmentStatus.SUBMITTED and not ok:
             # An excluded annotator's review: kept, but it fills no slot.
-            entry.setdefault("invalid", 0)
             entry["invalid"] += 1
             invalid += 1
         elif status == AssignmentStatus.SUBMITTED:
@@ -305,7 +310,14 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
     )
     for user_id, username in members.items():
         per_user.setdefault(
-            user_id, {"username": username, "submitted": 0, "leased": 0, "expired": 0}
+            user_id,
+            {
+                "username": username,
+                "submitted": 0,
+                "leased": 0,
+                "expired": 0,
+                "invalid": 0,
+            },
         )
     annotators = []
     for user_id, entry in sorted(per_user.items(), key=lambda kv: kv[1]["username"]):

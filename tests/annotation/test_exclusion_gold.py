@@ -308,3 +308,13 @@ def test_staff_excludes_from_the_monitoring_page(study, members, admin_user):
         ).status_code
         == 403
     )
+
+
+def test_admin_shows_the_exclusion_and_keeps_it(study, members, admin_user):
+    annotator_exclude(study=study, annotator=members[0], reason="spam answers")
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(f"/admin/annotation/study/{study.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "spam answers" in html and "id_acceptance" in html and "id_gold_rate" in html
