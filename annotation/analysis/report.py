@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -302,6 +303,9 @@ def _agreement_section(col: _Collected, cfg: StudyConfig) -> dict:
 def _label_section(col: _Collected, cfg: StudyConfig) -> dict:
     graded = [k for k in sorted(col.doc_grades) if col.doc_grades[k]]
     mean_grade = np.array([np.mean(col.doc_grades[k]) for k in graded])
+    exact_grade = [
+        Fraction(int(sum(col.doc_grades[k])), len(col.doc_grades[k])) for k in graded
+    ]
     useful = mean_grade >= cfg.useful_grade
     gains = np.array([col.doc_gain[k] for k in graded])
     qrels = np.array([col.doc_qrel[k] for k in graded])
@@ -315,7 +319,7 @@ def _label_section(col: _Collected, cfg: StudyConfig) -> dict:
         return query_spearman(
             [graded[i][0] for i in idx],
             [scores[graded[i]] for i in idx],
-            mean_grade[idx],
+            [exact_grade[i] for i in idx],
         )
 
     return {
