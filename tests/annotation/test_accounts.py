@@ -78,6 +78,14 @@ def test_staff_creates_an_annotator_who_sets_a_password_once(study, admin_user):
     # The validators are on: a short password is refused and nothing changes.
     short = visitor.post(form_url, {"new_password1": "abc", "new_password2": "abc"})
     assert "too short" in short.content.decode()
+    common = visitor.post(
+        form_url, {"new_password1": "password123", "new_password2": "password123"}
+    )
+    assert "too common" in common.content.decode()
+    numeric = visitor.post(
+        form_url, {"new_password1": "8305719264", "new_password2": "8305719264"}
+    )
+    assert "entirely numeric" in numeric.content.decode()
     user.refresh_from_db()
     assert not user.has_usable_password()
     ok = visitor.post(
