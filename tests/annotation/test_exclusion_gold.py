@@ -318,3 +318,44 @@ def test_admin_shows_the_exclusion_and_keeps_it(study, members, admin_user):
     assert page.status_code == 200
     html = page.content.decode()
     assert "spam answers" in html and "id_acceptance" in html and "id_gold_rate" in html
+
+
+def test_version_1_releases_still_read_with_valid_review_filled(
+    simulated_study, tmp_path
+):
+    """A release written before grades carried ``valid_review`` (format v1) still
+    verifies and reads; ``valid_review`` then comes from ``reviews.valid``."""
+    import csv
+    import json
+
+    from annotation import release_format
+
+    study, _users = simulated_study
+    release_export(study=study, out=tmp_path / "v2")
+    folder = tmp_path / "v2"
+    rows = [json.loads(line) for line in (folder / "grades.jsonl").open()]
+    for row in rows:
+        del row["valid_review"]
+    (folder / "grades.jsonl").write_text(
+        "".join(json.dumps(row) + "\n" for row in rows)
+    )
+    with (folder / "grades.csv").open(newline="") as fh:
+        table = list(csv.reader(fh))
+    drop = table[0].index("valid_review")
+    with (folder / "grades.csv").open("w", newline="") as fh:
+        csv.writer(fh, lineterminator="\n").writerows(
+            [c for i, c in enumerate(r) if i != drop] for r in table
+        )
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["version"] = 1
+    for name in ("grades.jsonl", "grades.csv"):
+        manifest["files"][name]["sha256"] = release_format.sha256_file(folder / name)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    read_manifest, tables = read_release(folder)
+    assert read_manifest["version"] == 1
+    assert len(tables["grades"]) == len(rows)
+    assert all(g["valid_review"] is True for g in tables["grades"])
+    manifest["version"] = 3
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(release_format.ReleaseError, match="manifest"):
+        read_release(folder)
