@@ -359,3 +359,30 @@ def test_version_1_releases_still_read_with_valid_review_filled(
     (folder / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(release_format.ReleaseError, match="manifest"):
         read_release(folder)
+
+
+def test_staff_add_gold_items_on_the_study_page(study, admin_user):
+    client = Client()
+    client.force_login(admin_user)
+    url = f"/annotation/studies/{study.pk}/gold"
+    done = client.post(url, {"action": "qrels"}, follow=True).content.decode()
+    from_qrels = GoldItem.objects.filter(study=study, source="qrel").count()
+    assert from_qrels > 0 and f"{from_qrels} gold items from the qrels" in done
+    contest = study.contests.select_related("query").first()
+    doc = _hidden_doc(study, contest)
+    GoldItem.objects.filter(study=study, document=doc).delete()
+    form = {
+        "action": "add",
+        "query": contest.query.external_id,
+        "document": doc.external_id,
+        "grade": "4",
+    }
+    done = client.post(url, form, follow=True).content.decode()
+    assert "Gold item saved" in done
+    item = GoldItem.objects.get(study=study, document=doc)
+    assert item.expected_grade == 4 and item.source == "staff"
+    assert item.created_by == admin_user
+    refused = client.post(url, {**form, "grade": "9"}, follow=True).content.decode()
+    assert "expected grade must be 0 to 5" in refused
+    missing = client.post(url, {**form, "document": "nope"}, follow=True)
+    assert "not found" in missing.content.decode()
