@@ -386,6 +386,7 @@ class SimulatedOptions:
     position_bias: float = 0.0
     list_signal: float = 8.0
     rubric_position_bias: float = 0.0
+    keep_prompts: bool = False  # tests: keep every chat prompt's text (prompt_texts)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.position_bias <= 1.0:
@@ -444,6 +445,7 @@ class SimulatedJudgeServer(ThreadingHTTPServer):
         self.counters = _Counters()
         self.fault_counter = 0
         self.stopping = threading.Event()
+        self.prompt_texts: list[str] = []
 
     @property
     def url(self) -> str:
@@ -641,6 +643,8 @@ class _Handler(BaseHTTPRequestHandler):
         digest = hashlib.sha256(text.strip().encode()).hexdigest()
         with server.lock:
             server.counters.prompts[digest] += 1
+            if opts.keep_prompts:
+                server.prompt_texts.append(text)
             if prompt is not None:
                 server.counters.stages[prompt.stage] += 1
                 server.counters.queries[prompt.query] += 1

@@ -211,6 +211,10 @@ class _Runner:
         except FatalJudgeError as exc:
             self.fatal = str(exc)
             self.stop.set()
+            # Nothing was answered: the row waits for the resume, unclaimed.
+            PanelRequest.objects.filter(
+                pk=row_id, claim=self.token, status=RequestStatus.IN_FLIGHT
+            ).update(status=RequestStatus.PLANNED, claim="")
         finally:
             close_old_connections()
             connection.close()
