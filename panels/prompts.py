@@ -21,6 +21,7 @@ from judging.parsing import AnswerError, decode_json, document_position
 
 __all__ = [
     "PROMPT_VERSION",
+    "AnswerError",
     "Document",
     "ListsAnswer",
     "RubricAnswer",
