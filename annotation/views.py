@@ -22,7 +22,7 @@ from benchmarks.access import can_read_benchmarks
 from benchmarks.models import Dataset, System
 from rcp_platform.exceptions import ApplicationError
 
-from . import markdown, plots, sampling, selectors, services
+from . import markdown, plots, report_sections, sampling, selectors, services
 from .models import ReleaseStatus
 
 
@@ -286,6 +286,12 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             "annotators": annotators,
             "systems": systems,
             "excluded": exclude,
+            # Sections other apps add to the report (e.g. LLM panels), shown last.
+            "section_templates": [
+                s.template
+                for s in report_sections.sections()
+                if s.template and s.key in report
+            ],
         },
     )
 

@@ -77,3 +77,11 @@ class Command(BaseCommand):
             f"interval {alpha['interval']}; pick agreement {report['pick_agreement']}"
         )
         out(f"  leave-one-annotator-out range: {report['loo_range']}")
+        for run in report.get("panels", {}).get("runs", []):
+            agree = run["agreement"]
+            out(
+                f"  LLM panel {run['panel']!r} ({run['mode']}, {run['status']}): "
+                f"decided {_pct(run['decided'])}; agrees with humans "
+                f"{_pct(agree['human'])}, RCP {_pct(agree['rcp']['all'])}, "
+                f"qrel {_pct(agree['qrel']['all'])}"
+            )
