@@ -36,5 +36,8 @@ def sections() -> list[Section]:
 
 
 def sections_build(*, study: Any, report: dict[str, Any]) -> dict[str, Any]:
-    """{key: builder(study=study, report=report)} for every registered section."""
-    return {s.key: s.build(study=study, report=report) for s in sections()}
+    """{key: builder(study=study, report=report)} for every registered section
+    with something to say: an empty result (None, {}) adds no key, so a study
+    without extra data reports exactly as its release does."""
+    built = {s.key: s.build(study=study, report=report) for s in sections()}
+    return {key: value for key, value in built.items() if value}

@@ -448,7 +448,8 @@ def _refs(report: dict[str, Any]) -> list[analysis.ContestRef]:
 
 
 def panel_report_section(*, study: Study, report: dict[str, Any]) -> dict[str, Any]:
-    """The panel section of a study report: one entry per run of the study, over
+    """The panel section of a study report ({} when the study has no run): one
+    entry per run of the study, over
     the contests of ``report`` (so a subset report gets a subset panel section),
     from valid stored answers only; the numbers come from ``panels.analysis``."""
     refs = _refs(report)
@@ -480,4 +481,4 @@ def panel_report_section(*, study: Study, report: dict[str, Any]) -> dict[str, A
                 **section,
             }
         )
-    return {"runs": out}
+    return {"runs": out} if out else {}
