@@ -17,7 +17,7 @@ from annotation.services import study_report_build
 from annotation.services.assignment import grade_of
 from benchmarks.models import Document, Query, System
 from panels import selectors, services
-from panels.models import PanelRequest, RunStatus
+from panels.models import PanelRequest, PanelRun, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -212,3 +212,54 @@ def test_estimate_equals_calls_made_and_command_runs(
     )
     assert "(48 answered already)" in capsys.readouterr().out
     assert sum(s.stats()["chat_requests"] for s, _ in srv) == 48
+
+
+def test_in_flight_cap_per_judge_holds(study, servers, make_panel):
+    """With a concurrency of 1 per judge the runner starts three threads, yet no
+    simulated judge ever sees more than one request at once (global limiter)."""
+    srv = servers(3, latency_ms=40)
+    panel = make_panel(srv, concurrency=1)
+    assert _run(study, panel)[0] == RunStatus.DONE
+    assert [server.stats()["max_in_flight"] for server, _ in srv] == [1, 1, 1]
+
+
+def test_malformed_answers_are_asked_again_and_stored_raw(study, servers, make_panel):
+    """Malformed, truncated or incomplete answers are asked again (3 attempts per
+    request); a request still invalid keeps its raw answer and reason and counts as
+    undecided; every call is counted on the run."""
+    srv = servers(3, fault_rate=0.5, faults=["malformed", "truncated", "missing_doc"])
+    panel = make_panel(srv)
+    status, run = _run(study, panel, "rubric")
+    assert status == RunStatus.DONE and run.answered == run.total == 48
+    rows = PanelRequest.objects.filter(run=run)
+    assert rows.filter(attempts__gt=1).exists()
+    chat = sum(server.stats()["chat_requests"] for server, _ in srv)
+    assert run.calls == chat == sum(rows.values_list("attempts", flat=True))
+    for row in rows.filter(valid=False):
+        assert row.attempts == 3 and row.raw_response and row.side == ""
+        assert row.error.split(":")[0] in {"invalid_json", "truncated", "incomplete"}
+    assert run.valid == rows.filter(valid=True).count()
+    assert run.invalid == rows.filter(valid=False).count()
+
+
+def test_queued_run_and_wait_follow_it_to_the_end(study, servers, make_panel, capsys):
+    """Without --inline, run_panel queues panel_run_task on commit (run eagerly
+    here, as a worker would); --wait follows the run until it is done."""
+    from rcp_platform.celery import app as celery_app
+
+    make_panel(servers(3))
+    eager = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        call_command("run_panel", "--study", str(study.pk), "--panel", "trio", "--wait")
+    finally:
+        celery_app.conf.task_always_eager = eager
+    out = capsys.readouterr().out
+    assert "done: 48/48 answered" in out
+    # The task is safe to run twice: a second copy finds nothing to ask.
+    from panels.tasks import panel_run_task
+
+    run = PanelRun.objects.get()
+    assert panel_run_task.run(run.pk) == RunStatus.DONE
+    run.refresh_from_db()
+    assert run.calls == 48
