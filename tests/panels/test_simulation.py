@@ -97,6 +97,11 @@ def test_panel_agreement_matches_the_simulation():
     decided = section["decided"]
     assert abs(decided["k"] - expect_n) < 3 * math.sqrt(expect_n) + 1
     expected = expect_k / expect_n
+    print(
+        f"panel vs simulated human: observed {human['rate']:.4f} "
+        f"({human['k']}/{human['n']}), implied {expected:.4f}; decided "
+        f"{decided['k']} of 400, implied {expect_n:.1f}"
+    )
     se = math.sqrt(expected * (1 - expected) / human["n"])
     assert 0.6 < expected < 0.98  # a non-trivial regime
     assert abs(human["rate"] - expected) < 3 * se + 0.01
