@@ -78,7 +78,9 @@ class RunListApi(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         runs = selectors.run_list(user=request.user).order_by("-created_at", "-id")
-        return Response([selectors.run_progress(run=r) for r in runs[:200]])
+        return Response(
+            [selectors.run_progress(run=r, per_judge=False) for r in runs[:200]]
+        )
 
     @extend_schema(request=RunInput, responses={201: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Avg, QuerySet
+from django.db.models import Avg, Count, Q, QuerySet
 
 from annotation import sampling
 from annotation.models import Contest, ContestDocument, Study
@@ -75,16 +75,22 @@ def run_get(*, run_id: int, user: Any = None) -> PanelRun:
     return run
 
 
-def run_progress(*, run: PanelRun) -> dict[str, Any]:
-    """Live figures of a run from its counters (one row), plus per-judge counts."""
-    per_judge: dict[str, dict[str, int]] = defaultdict(
+def run_progress(*, run: PanelRun, per_judge: bool = True) -> dict[str, Any]:
+    """Live figures of a run from its counters (one row), plus per-judge counts
+    by status (one grouped query) unless ``per_judge`` is False (lists)."""
+    judges: dict[str, dict[str, int]] = defaultdict(
         lambda: {"planned": 0, "in_flight": 0, "done": 0, "valid": 0}
     )
-    for name, status, valid in PanelRequest.objects.filter(run=run).values_list(
-        "judge__name", "status", "valid"
-    ):
-        per_judge[name][status] += 1
-        per_judge[name]["valid"] += bool(valid)
+    if per_judge:
+        rows = (
+            PanelRequest.objects.filter(run=run)
+            .values("judge__name", "status")
+            .annotate(n=Count("pk"), n_valid=Count("pk", filter=Q(valid=True)))
+            .order_by()
+        )
+        for row in rows:
+            judges[row["judge__name"]][row["status"]] += row["n"]
+            judges[row["judge__name"]]["valid"] += row["n_valid"]
     return {
         "id": run.pk,
         "study": run.study_id,
@@ -103,7 +109,7 @@ def run_progress(*, run: PanelRun) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
         "heartbeat_at": run.heartbeat_at,
-        "judges": dict(sorted(per_judge.items())),
+        "judges": dict(sorted(judges.items())),
     }
 
 

@@ -89,3 +89,20 @@ def test_pages_and_report_show_the_panel_beside_humans(
     assert section["agreement"]["rcp"]["all"]["n"] >= 1
     shown = f"{section['agreement']['rcp']['all']['rate']:.3f}"
     assert shown in html
+
+
+def test_run_list_api_is_one_query(
+    study, servers, make_panel, api_client_for, reviewer, django_assert_num_queries
+):
+    """The run list reads runs with their study and panel in one query, whatever
+    the number of runs (counters live on the run row)."""
+    srv = servers(3)
+    for name in ("p1", "p2"):
+        panel = make_panel(srv, name=name)
+        for mode in ("lists", "rubric"):
+            services.panel_run_create(study=study, panel=panel, mode=mode, queue=False)
+    client = api_client_for(reviewer)
+    with django_assert_num_queries(3):  # auth permission checks + the runs
+        response = client.get("/api/v1/panel-runs")
+    assert response.status_code == 200 and len(response.json()) == 4
+    assert {r["total"] for r in response.json()} == {48}

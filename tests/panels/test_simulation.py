@@ -165,3 +165,27 @@ def test_rubric_prompt_round_trip_and_parser():
         assert exc.category == "incomplete"
     else:
         raise AssertionError("a missing document must be refused")
+
+
+def test_simulated_rubric_position_bias_favours_the_first_shown_document():
+    """With rubric_position_bias 2, the same documents get more "yes" answers when
+    shown first than when shown last; without it, about as many either way."""
+    rng = np.random.default_rng(3)
+    keys = ["C1", "C2", "C3", "C4", "C5"]
+
+    def yes_first_minus_last(bias: float) -> float:
+        diff = 0
+        judge = SimulatedJudge(5)
+        for c, query, docs, _other in _contests(150, rng):
+            texts = [d.render() for d in docs]
+            for order in (texts, texts[::-1]):
+                ans = judge.panel_rubric_answer(
+                    query, order, keys, key=f"{c}{order[0]}", position_bias=bias
+                )
+                first = sum(ans["doc_1"]["answers"].values())
+                last = sum(ans[f"doc_{len(order)}"]["answers"].values())
+                diff += first - last
+        return diff / 300
+
+    assert yes_first_minus_last(2.0) > 1.5
+    assert abs(yes_first_minus_last(0.0)) < 0.4
