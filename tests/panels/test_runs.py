@@ -263,3 +263,46 @@ def test_queued_run_and_wait_follow_it_to_the_end(study, servers, make_panel, ca
     assert panel_run_task.run(run.pk) == RunStatus.DONE
     run.refresh_from_db()
     assert run.calls == 48
+
+
+def test_report_compares_panel_verdicts_with_graded_human_verdicts(
+    study, truth_world, servers, make_panel
+):
+    """With three annotators' grades in, the panel section's agreement with the
+    human majority is the share of contests both decided where the verdicts are
+    equal (recomputed from the per-contest rows); a subset report (one system left
+    out) restricts the panel section to the same contests."""
+    from annotation.services import study_member_add
+    from tests.annotation.factories import simulate_grading
+    from tests.factories import AnnotatorFactory
+
+    users = AnnotatorFactory.create_batch(3)
+    for user in users:
+        study_member_add(study=study, annotator=user)
+    assert (
+        simulate_grading(study=study, annotators=users, truth=truth_world.truth) == 24
+    )
+    panel = make_panel(servers(3, **STRONG))
+    assert _run(study, panel)[0] == RunStatus.DONE
+    report, _ = study_report_build(study=study)
+    (section,) = report["panels"]["runs"]
+    assert section["human_graded"] == 8
+    human = {r["contest_id"]: r["verdict"] for r in report["per_contest"]}
+    both = [
+        r
+        for r in section["per_contest"]
+        if r["verdict"] in ("A", "B") and human[r["contest_id"]] in ("A", "B")
+    ]
+    agree = section["agreement"]["human"]
+    assert agree["n"] == len(both) > 0
+    assert agree["k"] == sum(r["verdict"] == human[r["contest_id"]] for r in both)
+    assert all(
+        r["human_verdict"] == human[r["contest_id"]] for r in section["per_contest"]
+    )
+    left_out = study.systems.order_by("name").first().name
+    subset, _ = study_report_build(study=study, exclude_systems=[left_out])
+    (sub,) = subset["panels"]["runs"]
+    assert sub["contests"] == subset["contests"] < 8
+    assert {r["contest_id"] for r in sub["per_contest"]} == {
+        r["contest_id"] for r in subset["per_contest"]
+    }
