@@ -75,7 +75,7 @@ class RunEstimateApi(APIView):
 
 
 class RunListApi(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="panel_runs_list", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         runs = selectors.run_list(user=request.user).order_by("-created_at", "-id")
         return Response(
@@ -98,7 +98,7 @@ class RunListApi(APIView):
 
 
 class RunDetailApi(APIView):
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="panel_runs_detail", responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, run_id: int) -> Response:
         run = selectors.run_get(run_id=run_id, user=request.user)
         return Response(selectors.run_progress(run=run))
