@@ -106,3 +106,16 @@ def test_run_list_api_is_one_query(
         response = client.get("/api/v1/panel-runs")
     assert response.status_code == 200 and len(response.json()) == 4
     assert {r["total"] for r in response.json()} == {48}
+
+
+def test_admin_lists_panels_runs_and_requests_read_only(
+    study, servers, make_panel, client, admin_user
+):
+    """Panels are edited in the admin; runs and requests are listed, never added."""
+    panel = make_panel(servers(3))
+    services.panel_run_create(study=study, panel=panel, mode="lists", queue=False)
+    client.force_login(admin_user)
+    for model in ("panel", "panelrun", "panelrequest"):
+        assert client.get(f"/admin/panels/{model}/").status_code == 200
+    assert client.get("/admin/panels/panelrun/add/").status_code == 403
+    assert client.get("/admin/panels/panelrequest/add/").status_code == 403
