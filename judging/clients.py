@@ -29,6 +29,7 @@ from typing import Any
 
 import openai
 
+from judging.keyenv import api_key_env_refusal
 from judging.limits import Limiter, LimiterTimeout, limiter_for_url
 
 try:  # the HTTP library the installed openai client is built on
@@ -128,7 +129,16 @@ class JudgeEndpoint:
 
     @property
     def api_key(self) -> str:
-        """The key from the environment, or a placeholder for local servers without one."""
+        """The key from the environment, or a placeholder for local servers without one.
+
+        Raises FatalJudgeError if ``api_key_env`` is not a variable declared for judge
+        keys (``judging.keyenv``): the platform's own secrets are never sent.
+        """
+        refusal = api_key_env_refusal(self.api_key_env)
+        if refusal is not None:
+            raise FatalJudgeError(
+                f"judge {self.name!r}: refusing to send its key: {refusal}"
+            )
         return (
             os.environ.get(self.api_key_env) if self.api_key_env else None
         ) or PLACEHOLDER_API_KEY

@@ -52,6 +52,15 @@ class Judge(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .keyenv import api_key_env_refusal
+
+        refusal = api_key_env_refusal(self.api_key_env)
+        if refusal is not None:
+            raise ValidationError({"api_key_env": refusal})
+
 
 class Stage(models.TextChoices):
     TOURNAMENT = "tournament", "Stage A: tournament"

@@ -138,14 +138,9 @@ class JobRunner:
             if self.judge.context_tokens
             else None
         )
-        if client_factory is None:
-            from .clients import JudgeClient, JudgeEndpoint
-            from .limits import limiter_for_settings
-
-            endpoint = JudgeEndpoint.from_judge(self.judge)
-            self.client = JudgeClient(endpoint, limiter or limiter_for_settings())
-        else:
-            self.client = client_factory(self.judge)
+        self.client_factory = client_factory
+        self.limiter = limiter
+        self.client = None  # made after the claim (a refused key fails the job)
         # A window's lease outlives every retry of its call, so only a dead runner's
         # windows are ever reclaimed by another.
         self.lease_s = self.judge.timeout_s * (MAX_ATTEMPTS + 4) + 60
@@ -173,6 +168,13 @@ class JobRunner:
         if self.shard is None and not services.job_claim(job_id=self.job.pk):
             return status_of()
         if self.shard is not None and status_of() != JobStatus.RUNNING:
+            return status_of()
+        refusal = self._make_client()
+        if refusal:
+            if self.shard is None:
+                services.job_finish(
+                    job_id=self.job.pk, status=JobStatus.FAILED, error=refusal
+                )
             return status_of()
         index, total = self.shard or (0, self.processes)
         helpers = self.helpers = (
@@ -239,6 +241,31 @@ class JobRunner:
             services.job_finish(job_id=self.job.pk, status=JobStatus.DONE)
         self.job.refresh_from_db()
         return self.job.status
+
+    def _make_client(self) -> str:
+        """Build the judge client; returns why not (the key variable is refused).
+
+        Checked here, in the worker, right before any call: a judge row written
+        before the rule existed (or edited behind the services) sends nothing.
+        """
+        from .clients import FatalJudgeError, JudgeClient, JudgeEndpoint
+        from .keyenv import api_key_env_refusal
+        from .limits import limiter_for_settings
+
+        refusal = api_key_env_refusal(self.judge.api_key_env)
+        if refusal is not None:
+            return f"judge {self.judge.name!r}: refusing to send its key: {refusal}"
+        try:
+            if self.client_factory is not None:
+                self.client = self.client_factory(self.judge)
+            else:
+                endpoint = JudgeEndpoint.from_judge(self.judge)
+                self.client = JudgeClient(
+                    endpoint, self.limiter or limiter_for_settings()
+                )
+        except FatalJudgeError as exc:
+            return str(exc)
+        return ""
 
     def _start_helper(self, index: int, total: int) -> subprocess.Popen:
         manage = Path(__file__).resolve().parent.parent / "manage.py"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -25,6 +26,7 @@ from benchmarks.models import Dataset, Document, PoolEntry, Query
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from . import prompts
+from .keyenv import api_key_env_refusal
 from .models import (
     Decoding,
     InvalidCategory,
@@ -59,6 +61,46 @@ def heartbeat_stale_after() -> timedelta:
 # ----------------------------------------------------------------------------- judges
 
 
+JUDGE_FIELDS = (
+    "base_urls",
+    "model",
+    "api_key_env",
+    "concurrency",
+    "max_output_tokens",
+    "decoding",
+    "temperature",
+    "context_tokens",
+    "timeout_s",
+    "extra_body",
+)
+
+
+def _check_judge_fields(*, base_urls: list[str], api_key_env: str) -> list[str]:
+    """Normalized base URLs; ApplicationError for a bad URL or key variable."""
+    if not base_urls:
+        raise ApplicationError("a judge needs at least one base URL")
+    for url in base_urls:
+        if not url.startswith(("http://", "https://")):
+            raise ApplicationError(
+                f"base URL {url!r} must start with http:// or https://"
+            )
+    refusal = api_key_env_refusal(api_key_env)
+    if refusal is not None:
+        raise ApplicationError(refusal, extra={"field": "api_key_env"})
+    return [u.rstrip("/") for u in base_urls]
+
+
+def _judge_save(judge: Judge, update_fields: list[str] | None = None) -> Judge:
+    try:
+        judge.full_clean()
+    except ValidationError as exc:
+        raise ApplicationError(
+            "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+        ) from exc
+    judge.save(update_fields=update_fields)
+    return judge
+
+
 @transaction.atomic
 def judge_create(
     *,
@@ -74,19 +116,13 @@ def judge_create(
     timeout_s: float = 120.0,
     extra_body: dict | None = None,
 ) -> Judge:
-    """Create a judge. ``api_key_env`` names an environment variable; keys are never stored."""
+    """Create a judge. ``api_key_env`` names an environment variable declared for judge
+    keys (``judging.keyenv``); keys are never stored."""
     if Judge.objects.filter(name=name).exists():
         raise ConflictError(f"judge {name!r} already exists")
-    if not base_urls:
-        raise ApplicationError("a judge needs at least one base URL")
-    for url in base_urls:
-        if not url.startswith(("http://", "https://")):
-            raise ApplicationError(
-                f"base URL {url!r} must start with http:// or https://"
-            )
     judge = Judge(
         name=name,
-        base_urls=[u.rstrip("/") for u in base_urls],
+        base_urls=_check_judge_fields(base_urls=base_urls, api_key_env=api_key_env),
         model=model,
         api_key_env=api_key_env,
         concurrency=concurrency,
@@ -97,9 +133,32 @@ def judge_create(
         timeout_s=timeout_s,
         extra_body=extra_body or {},
     )
-    judge.full_clean()
-    judge.save()
-    return judge
+    return _judge_save(judge)
+
+
+@transaction.atomic
+def judge_update(*, judge: Judge, **fields: Any) -> Judge:
+    """Change a judge's endpoint settings (any of ``JUDGE_FIELDS``).
+
+    Jobs already running pick the change up on their next run; windows stored stay
+    under their family. An offline label has no endpoint to edit.
+    """
+    unknown = set(fields) - set(JUDGE_FIELDS)
+    if unknown:
+        raise ApplicationError(f"unknown judge fields: {', '.join(sorted(unknown))}")
+    judge = Judge.objects.select_for_update().get(pk=judge.pk)
+    if judge.offline:
+        raise ApplicationError(
+            f"judge {judge.name!r} is an offline label for imported judgments"
+        )
+    merged = {f: getattr(judge, f) for f in JUDGE_FIELDS} | fields
+    merged["base_urls"] = _check_judge_fields(
+        base_urls=list(merged["base_urls"] or []), api_key_env=merged["api_key_env"]
+    )
+    merged["extra_body"] = merged["extra_body"] or {}
+    for key, value in merged.items():
+        setattr(judge, key, value)
+    return _judge_save(judge, update_fields=list(JUDGE_FIELDS))
 
 
 def _offline_judge(name: str) -> Judge:

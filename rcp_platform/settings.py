@@ -298,6 +298,10 @@ CALIBRATION_FIT_LEASE = env.int("CALIBRATION_FIT_LEASE", default=300)
 # ---------------------------------------------------------------------------- LLM PROVIDERS
 # Judges name the environment variable that holds their API key (never the key itself).
 JUDGE_DEFAULT_TIMEOUT = env.float("JUDGE_DEFAULT_TIMEOUT", default=120.0)
+# Variables that may hold a judge's key: names starting RCP_JUDGE_KEY_, plus these
+# (comma-separated). The platform's own settings are refused whatever this says
+# (judging/keyenv.py): the worker sends the value to the judge's URL.
+JUDGE_KEY_ENV_ALLOW = env.list("JUDGE_KEY_ENV_ALLOW", default=[])
 # Cap on requests in flight per judge across all workers (judging/LIMITS.md):
 # redis://… for many machines; default: a redis broker if set, else lock files in var/.
 JUDGE_LIMITER_URL = env.str("JUDGE_LIMITER_URL", default="")
