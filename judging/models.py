@@ -116,6 +116,15 @@ class JudgingJob(models.Model):
     error = models.TextField(blank=True)
     requests = models.PositiveIntegerField(default=0)
     retries = models.PositiveIntegerField(default=0)
+    wasted = models.PositiveIntegerField(
+        default=0,
+        help_text="answers paid for but dropped: their runner had lost the window's claim",
+    )
+    run_token = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="token of the current run; a take-over replaces it, fencing the old run",
+    )
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
     created_by = models.ForeignKey(

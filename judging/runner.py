@@ -44,7 +44,6 @@ from .schedules import (
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
-HEARTBEAT_S = 2.0
 
 
 class StopRun(Exception):
@@ -123,7 +122,13 @@ class JobRunner:
         self.stop = threading.Event()
         self.stop_reason = ""
         self.held: set[int] = set()
+        # ``token`` claims windows for this process; ``job_token`` is the job's run
+        # (shared with helper processes) that a take-over replaces.
         self.token = secrets.token_hex(16)
+        self.job_token = ""
+        # Windows whose calls are in progress: the heartbeat renews their leases.
+        self.active: set[int] = set()
+        self.active_lock = threading.Lock()
         # Request counters are summed here and flushed with each heartbeat: one
         # UPDATE per window would cost more than the window's own bookkeeping.
         self.counts = {
@@ -131,6 +136,7 @@ class JobRunner:
             "retries": 0,
             "input_tokens": 0,
             "output_tokens": 0,
+            "wasted": 0,
         }
         self.counts_lock = threading.Lock()
         self.budget = (
@@ -141,9 +147,11 @@ class JobRunner:
         self.client_factory = client_factory
         self.limiter = limiter
         self.client = None  # made after the claim (a refused key fails the job)
-        # A window's lease outlives every retry of its call, so only a dead runner's
-        # windows are ever reclaimed by another.
-        self.lease_s = self.judge.timeout_s * (MAX_ATTEMPTS + 4) + 60
+        # A window's lease is renewed by the heartbeat while its call is in progress
+        # (however many retries it takes), so only a dead or frozen runner's windows
+        # are ever re-claimed by another; a frozen one's answer is then refused.
+        self.lease_s = services.window_lease_s()
+        self.heartbeat_s = services.heartbeat_s()
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> str:
@@ -165,15 +173,25 @@ class JobRunner:
                 pk=self.job.pk
             )
 
-        if self.shard is None and not services.job_claim(job_id=self.job.pk):
-            return status_of()
-        if self.shard is not None and status_of() != JobStatus.RUNNING:
-            return status_of()
+        if self.shard is None:
+            token = services.job_claim(job_id=self.job.pk)
+            if token is None:
+                return status_of()
+            self.job_token = token
+        else:
+            if status_of() != JobStatus.RUNNING:
+                return status_of()
+            self.job_token = JudgingJob.objects.values_list("run_token", flat=True).get(
+                pk=self.job.pk
+            )
         refusal = self._make_client()
         if refusal:
             if self.shard is None:
                 services.job_finish(
-                    job_id=self.job.pk, status=JobStatus.FAILED, error=refusal
+                    job_id=self.job.pk,
+                    status=JobStatus.FAILED,
+                    error=refusal,
+                    token=self.job_token,
                 )
             return status_of()
         index, total = self.shard or (0, self.processes)
@@ -235,10 +253,15 @@ class JobRunner:
             return status_of()
         if error:
             services.job_finish(
-                job_id=self.job.pk, status=JobStatus.FAILED, error=error
+                job_id=self.job.pk,
+                status=JobStatus.FAILED,
+                error=error,
+                token=self.job_token,
             )
         elif not self.stop_reason:
-            services.job_finish(job_id=self.job.pk, status=JobStatus.DONE)
+            services.job_finish(
+                job_id=self.job.pk, status=JobStatus.DONE, token=self.job_token
+            )
         self.job.refresh_from_db()
         return self.job.status
 
@@ -333,17 +356,25 @@ class JobRunner:
             )
             if self.stop.is_set():
                 raise StopRun(self.stop_reason)
-            got = set(
-                services.windows_claim(
-                    window_ids=[row.pk for row in rows],
-                    job_id=self.job.pk,
-                    token=self.token,
-                    lease_s=self.lease_s,
-                    reask={row.pk for row in rows} - self.held,
+            try:
+                got = set(
+                    services.windows_claim(
+                        window_ids=[row.pk for row in rows],
+                        job_id=self.job.pk,
+                        token=self.token,
+                        job_token=self.job_token,
+                        lease_s=self.lease_s,
+                        reask={row.pk for row in rows} - self.held,
+                    )
                 )
-            )
+            except services.JobFenced as exc:
+                self.stop_reason = self.stop_reason or services.FENCED
+                self.stop.set()
+                raise StopRun(str(exc)) from exc
             mine = [row for row in rows if row.pk in got]
             self.held.update(got)
+            with self.active_lock:
+                self.active.update(got)
             # Call threads only talk to the judge; this query's thread stores each
             # answer as it arrives, so database connections stay one per query loop.
             futures = {calls.submit(self._ask_window, query, row): row for row in mine}
@@ -351,12 +382,18 @@ class JobRunner:
             for future in as_completed(futures):
                 row = futures[future]
                 try:
-                    services.window_complete(
+                    stored = services.window_complete(
                         window_id=row.pk, token=self.token, **future.result()
                     )
+                    if not stored:  # our claim was taken over: drop, count as waste
+                        with self.counts_lock:
+                            self.counts["wasted"] += 1
                 except BaseException as exc:  # the judge refused us for good
                     services.window_release(window_id=row.pk, token=self.token)
                     fatal = fatal or exc
+                finally:
+                    with self.active_lock:
+                        self.active.discard(row.pk)
             if fatal is not None:
                 raise fatal
             if len(mine) < len(rows):
@@ -385,6 +422,8 @@ class JobRunner:
         raw = ""
         result = None
         while attempts < MAX_ATTEMPTS:
+            if self.stop.is_set():  # paused, cancelled or fenced: ask nothing more
+                raise StopRun(self.stop_reason)
             attempts += 1
             try:
                 call = self.client.complete(messages, response_format=fmt)
@@ -441,19 +480,28 @@ class JobRunner:
 
     def _heartbeat(self) -> None:
         try:
-            while not self.stop.wait(HEARTBEAT_S):
+            while not self.stop.wait(self.heartbeat_s):
                 self._flush_counts()
+                with self.active_lock:
+                    active = list(self.active)
+                services.windows_renew(
+                    window_ids=active, token=self.token, lease_s=self.lease_s
+                )
                 failed = [h for h in self.helpers if h.poll() not in (None, 0)]
                 if failed:
                     self.stop_reason = ""
                     self.stop.set()
                     break
                 if self.shard is None:
-                    status = services.job_heartbeat(job_id=self.job.pk)
-                else:
-                    status = JudgingJob.objects.values_list("status", flat=True).get(
-                        pk=self.job.pk
+                    status = services.job_heartbeat(
+                        job_id=self.job.pk, token=self.job_token
                     )
+                else:
+                    status, current = JudgingJob.objects.values_list(
+                        "status", "run_token"
+                    ).get(pk=self.job.pk)
+                    if current != self.job_token:
+                        status = services.FENCED
                 if status != JobStatus.RUNNING:
                     self.stop_reason = status
                     self.stop.set()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -18,7 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, Q
 from django.utils import timezone
 
 from benchmarks.formats import FormatError, numbered_lines, open_text
@@ -56,6 +57,16 @@ DEFAULT_LATENCY_S = 2.0
 
 def heartbeat_stale_after() -> timedelta:
     return timedelta(seconds=getattr(settings, "JUDGING_HEARTBEAT_STALE_S", 60))
+
+
+def window_lease_s() -> float:
+    """A claimed window's lease. Runners renew it with each heartbeat while its call
+    is in progress, so it only needs to outlast a few missed heartbeats, not the call."""
+    return float(getattr(settings, "JUDGING_LEASE_S", 30))
+
+
+def heartbeat_s() -> float:
+    return float(getattr(settings, "JUDGING_HEARTBEAT_S", 2.0))
 
 
 # ----------------------------------------------------------------------------- judges
@@ -373,51 +384,73 @@ def _queue(job: JudgingJob) -> None:
     transaction.on_commit(lambda: judging_job_run_task.delay(job.pk))
 
 
-def job_claim(*, job_id: int) -> bool:
-    """Take a job for running (compare-and-set). False if someone else runs it.
+def job_claim(*, job_id: int) -> str | None:
+    """Take a job for running (compare-and-set); returns the new run token, or None
+    if someone else runs it.
 
-    A running job whose heartbeat is stale (its worker died) can be taken over.
+    A running job whose heartbeat is stale (its runner died) can be taken over: the
+    run token changes first, then the old run's in-flight windows go back to planned.
+    From then on the old run can neither claim windows (``windows_claim`` checks the
+    job's token in the same statement), nor store an answer (``window_complete``
+    checks the window's claim), nor close the job (``job_finish`` checks the token):
+    it is fenced, even if it was only frozen and wakes up later.
     """
     now = timezone.now()
+    token = secrets.token_hex(16)
     taken = JudgingJob.objects.filter(pk=job_id, status=JobStatus.PENDING).update(
-        status=JobStatus.RUNNING, heartbeat_at=now, started_at=now, error=""
+        status=JobStatus.RUNNING,
+        heartbeat_at=now,
+        started_at=now,
+        error="",
+        run_token=token,
     )
     if taken:
-        return True
+        return token
     stale = now - heartbeat_stale_after()
     taken = JudgingJob.objects.filter(
         Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True),
         pk=job_id,
         status=JobStatus.RUNNING,
-    ).update(heartbeat_at=now)
+    ).update(heartbeat_at=now, run_token=token)
     if taken:
         _release_in_flight(job_id)
-    return bool(taken)
+        return token
+    return None
 
 
-def job_heartbeat(*, job_id: int) -> str:
-    """Refresh the job's heartbeat; returns its current status (the runner stops on
-    anything but running)."""
-    JudgingJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(
-        heartbeat_at=timezone.now()
+def job_heartbeat(*, job_id: int, token: str) -> str:
+    """Refresh the job's heartbeat for run ``token``; returns the job's status as this
+    run should see it: ``FENCED`` if another run took the job over (the runner stops
+    on anything but running)."""
+    JudgingJob.objects.filter(
+        pk=job_id, status=JobStatus.RUNNING, run_token=token
+    ).update(heartbeat_at=timezone.now())
+    status, current = JudgingJob.objects.values_list("status", "run_token").get(
+        pk=job_id
     )
-    return JudgingJob.objects.values_list("status", flat=True).get(pk=job_id)
+    return status if current == token else FENCED
 
 
-def job_finish(*, job_id: int, status: str, error: str = "") -> None:
-    """Close a running job as done or failed (a pause or cancel already set its status)."""
-    JudgingJob.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(
-        status=status, error=error[:4000], finished_at=timezone.now()
-    )
-    if status == JobStatus.FAILED:
+FENCED = "fenced"
+
+
+def job_finish(*, job_id: int, status: str, error: str = "", token: str) -> bool:
+    """Close run ``token`` of a running job as done or failed (a pause or cancel already
+    set its status). False if the job is no longer running under that token."""
+    closed = JudgingJob.objects.filter(
+        pk=job_id, status=JobStatus.RUNNING, run_token=token
+    ).update(status=status, error=error[:4000], finished_at=timezone.now())
+    if closed and status == JobStatus.FAILED:
         _release_in_flight(job_id)
+    return bool(closed)
 
 
 def _release_in_flight(job_id: int) -> int:
-    """Windows a dead or failed runner held go back to planned (asked again later)."""
+    """Windows a dead, fenced or failed run held go back to planned (asked again
+    later); their claims are cleared, so the old holder can no longer store them."""
     return JudgmentWindow.objects.filter(
         job_id=job_id, status=WindowStatus.IN_FLIGHT
-    ).update(status=WindowStatus.PLANNED, lease_until=None)
+    ).update(status=WindowStatus.PLANNED, lease_until=None, claim="")
 
 
 def job_pause(*, job: JudgingJob) -> JudgingJob:
@@ -463,7 +496,8 @@ def job_resume(*, job: JudgingJob, queue: bool = True) -> JudgingJob:
     job.status = JobStatus.PENDING
     job.error = ""
     job.finished_at = None
-    job.save(update_fields=["status", "error", "finished_at"])
+    job.run_token = ""  # fences whatever is left of the previous run
+    job.save(update_fields=["status", "error", "finished_at", "run_token"])
     if queue:
         _queue(job)
     return job
@@ -476,11 +510,13 @@ def job_count(
     retries: int = 0,
     input_tokens: int = 0,
     output_tokens: int = 0,
+    wasted: int = 0,
 ) -> None:
     """Add to a job's request counters atomically (many threads report at once)."""
     JudgingJob.objects.filter(pk=job_id).update(
         requests=F("requests") + requests,
         retries=F("retries") + retries,
+        wasted=F("wasted") + wasted,
         input_tokens=F("input_tokens") + input_tokens,
         output_tokens=F("output_tokens") + output_tokens,
     )
@@ -547,13 +583,23 @@ def windows_plan(
 
 
 def windows_claim(
-    *, window_ids: list[int], job_id: int, token: str, lease_s: float, reask: set[int]
+    *,
+    window_ids: list[int],
+    job_id: int,
+    token: str,
+    lease_s: float,
+    reask: set[int],
+    job_token: str | None = None,
 ) -> list[int]:
     """Compare-and-set windows to in-flight under this runner's ``token`` in one
     statement; returns the ids it got. Windows held by a live lease are skipped.
 
     ``reask`` are ids of refused windows (no answer) this run may ask again.
+    ``job_token`` (default: ``token``) is the job's run token: the statement claims
+    nothing once the job was taken over or stopped running, and ``JobFenced`` tells
+    the runner so.
     """
+    job_token = token if job_token is None else job_token
     now = timezone.now()
     claimable = Q(status=WindowStatus.PLANNED) | Q(
         status=WindowStatus.IN_FLIGHT, lease_until__lt=now
@@ -564,17 +610,43 @@ def windows_claim(
             status=WindowStatus.DONE,
             invalid_category=InvalidCategory.REFUSED,
         )
-    JudgmentWindow.objects.filter(claimable, pk__in=window_ids).update(
+    ours = Exists(
+        JudgingJob.objects.filter(
+            pk=job_id, run_token=job_token, status=JobStatus.RUNNING
+        )
+    )
+    claimed = JudgmentWindow.objects.filter(claimable, ours, pk__in=window_ids).update(
         status=WindowStatus.IN_FLIGHT,
         job_id=job_id,
         claim=token,
         lease_until=now + timedelta(seconds=lease_s),
     )
+    if (
+        not claimed
+        and not JudgingJob.objects.filter(
+            pk=job_id, run_token=job_token, status=JobStatus.RUNNING
+        ).exists()
+    ):
+        raise JobFenced(f"job {job_id} is no longer running under this run")
     return list(
         JudgmentWindow.objects.filter(
             pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
         ).values_list("pk", flat=True)
     )
+
+
+class JobFenced(Exception):
+    """The job was taken over by another run, paused, cancelled or closed."""
+
+
+def windows_renew(*, window_ids: list[int], token: str, lease_s: float) -> int:
+    """Extend the leases of windows still held under ``token`` (the runner's heartbeat,
+    while their calls are in progress); returns how many are still ours."""
+    if not window_ids:
+        return 0
+    return JudgmentWindow.objects.filter(
+        pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
+    ).update(lease_until=timezone.now() + timedelta(seconds=lease_s))
 
 
 def window_release(*, window_id: int, token: str) -> None:
@@ -601,11 +673,13 @@ def window_complete(
     latency_ms: int,
     prompt_sha256: str,
 ) -> bool:
-    """Store a window's outcome once (in-flight -> done). The raw answer is kept even
-    when invalid; nothing is imputed. False if the window was no longer ours."""
+    """Store a window's outcome once (in-flight -> done), only while the window is
+    still claimed by ``token``. The raw answer is kept even when invalid; nothing is
+    imputed. False if the window was no longer ours (its lease ran out and another
+    runner re-claimed it, or the job was taken over): the caller drops the answer."""
     return bool(
         JudgmentWindow.objects.filter(
-            pk=window_id, status=WindowStatus.IN_FLIGHT
+            pk=window_id, status=WindowStatus.IN_FLIGHT, claim=token
         ).update(
             status=WindowStatus.DONE,
             lease_until=None,

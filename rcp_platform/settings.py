@@ -307,6 +307,11 @@ JUDGE_KEY_ENV_ALLOW = env.list("JUDGE_KEY_ENV_ALLOW", default=[])
 JUDGE_LIMITER_URL = env.str("JUDGE_LIMITER_URL", default="")
 # A running job whose heartbeat is older than this is considered dead (resumable).
 JUDGING_HEARTBEAT_STALE_S = env.int("JUDGING_HEARTBEAT_STALE_S", default=60)
+# Runners beat every JUDGING_HEARTBEAT_S and renew the leases of the windows whose
+# calls are in progress to JUDGING_LEASE_S: a window is re-claimed by another runner
+# only after its holder missed several beats (died or froze), never for a slow call.
+JUDGING_HEARTBEAT_S = env.float("JUDGING_HEARTBEAT_S", default=2.0)
+JUDGING_LEASE_S = env.float("JUDGING_LEASE_S", default=30.0)
 # Processes one judging job uses (its queries are shared out); request handling is
 # CPU-bound in Python, so high-concurrency judges want one per core.
 JUDGING_PROCESSES = env.int("JUDGING_PROCESSES", default=1)
