@@ -35,9 +35,11 @@ from .models import (
     JobStatus,
     Judge,
     JudgingJob,
+    JudgingUnit,
     JudgmentWindow,
     Phase,
     Stage,
+    UnitStatus,
     WindowStatus,
 )
 from .schedules import RubricSchedule, TournamentSchedule
@@ -519,6 +521,120 @@ def job_count(
         wasted=F("wasted") + wasted,
         input_tokens=F("input_tokens") + input_tokens,
         output_tokens=F("output_tokens") + output_tokens,
+    )
+
+
+# ----------------------------------------------------------------------------- units
+
+
+def job_units_plan(*, job: JudgingJob) -> list[int]:
+    """Ensure one unit per (query with a pool, stage) of the job; returns the ids of
+    those not done, in query order.
+
+    Called by the run that just claimed the job: units still marked running belong to
+    a run that was fenced (take-over, resume), so they go back to pending.
+    """
+    queries = job_queries(job.dataset, job.query_ids)
+    with_pool = set(
+        PoolEntry.objects.filter(query__in=queries).values_list("query_id", flat=True)
+    )
+    stages = job_stage_list(job.stages)
+    JudgingUnit.objects.bulk_create(
+        [
+            JudgingUnit(job=job, query=q, stage=stage)
+            for q in queries
+            if q.pk in with_pool
+            for stage in stages
+        ],
+        ignore_conflicts=True,
+    )
+    JudgingUnit.objects.filter(job=job, status=UnitStatus.RUNNING).update(
+        status=UnitStatus.PENDING, claim="", lease_until=None
+    )
+    order = {q.pk: i for i, q in enumerate(queries)}
+    rows = JudgingUnit.objects.filter(job=job).exclude(status=UnitStatus.DONE)
+    return [
+        pk
+        for pk, _, _ in sorted(
+            rows.values_list("pk", "query_id", "stage"),
+            key=lambda r: (order.get(r[1], 0), r[2]),
+        )
+    ]
+
+
+def unit_claim(
+    *,
+    job_id: int,
+    job_token: str,
+    token: str,
+    lease_s: float,
+    prefer: list[int] | tuple[int, ...] = (),
+) -> JudgingUnit | None:
+    """Claim one unit of run ``job_token`` (compare-and-set): a pending one, preferably
+    from ``prefer`` (the lane's own share), else any pending one, else one whose
+    holder's lease ran out (a dead lane). None if nothing is claimable now.
+
+    Raises JobFenced once the job is no longer running under ``job_token``.
+    """
+    now = timezone.now()
+    ours = Exists(
+        JudgingJob.objects.filter(
+            pk=job_id, run_token=job_token, status=JobStatus.RUNNING
+        )
+    )
+    claimable = Q(status=UnitStatus.PENDING) | Q(
+        status=UnitStatus.RUNNING, lease_until__lt=now
+    )
+    base = JudgingUnit.objects.filter(claimable, job_id=job_id)
+    for candidates in (base.filter(pk__in=list(prefer)), base):
+        for pk in candidates.order_by("status", "pk").values_list("pk", flat=True)[:8]:
+            if (
+                JudgingUnit.objects.filter(claimable, ours, pk=pk).update(
+                    status=UnitStatus.RUNNING,
+                    claim=token,
+                    lease_until=now + timedelta(seconds=lease_s),
+                )
+                == 1
+            ):
+                return JudgingUnit.objects.select_related("query").get(pk=pk)
+    if not JudgingJob.objects.filter(
+        pk=job_id, run_token=job_token, status=JobStatus.RUNNING
+    ).exists():
+        raise JobFenced(f"job {job_id} is no longer running under this run")
+    return None
+
+
+def unit_done(*, unit_id: int, token: str) -> bool:
+    """Mark a unit done, only while ``token`` still holds it."""
+    return bool(
+        JudgingUnit.objects.filter(
+            pk=unit_id, status=UnitStatus.RUNNING, claim=token
+        ).update(status=UnitStatus.DONE, lease_until=None)
+    )
+
+
+def unit_release(*, unit_id: int, token: str) -> None:
+    """Give a unit back (the lane stops before finishing it)."""
+    JudgingUnit.objects.filter(
+        pk=unit_id, status=UnitStatus.RUNNING, claim=token
+    ).update(status=UnitStatus.PENDING, claim="", lease_until=None)
+
+
+def units_renew(*, unit_ids: list[int], token: str, lease_s: float) -> int:
+    """Extend the leases of units ``token`` still holds (the lane's heartbeat)."""
+    if not unit_ids:
+        return 0
+    return JudgingUnit.objects.filter(
+        pk__in=unit_ids, status=UnitStatus.RUNNING, claim=token
+    ).update(lease_until=timezone.now() + timedelta(seconds=lease_s))
+
+
+def units_left(*, job_id: int) -> int:
+    """Units of the job not done yet."""
+    return (
+        JudgingUnit.objects.filter(job_id=job_id)
+        .exclude(status=UnitStatus.DONE)
+        .count()
     )
 
 

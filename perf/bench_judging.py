@@ -173,7 +173,7 @@ def main() -> None:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         child_cpu0 = before.ru_utime + before.ru_stime
         cpu0, t0 = cpu_s(), time.perf_counter()
-        status = job_run(job_id=job.pk, processes=args.processes)
+        status = job_run(job_id=job.pk)
         wall, cpu = time.perf_counter() - t0, cpu_s() - cpu0
         sampling.set()
         sampler.join()

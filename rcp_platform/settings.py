@@ -312,9 +312,11 @@ JUDGING_HEARTBEAT_STALE_S = env.int("JUDGING_HEARTBEAT_STALE_S", default=60)
 # only after its holder missed several beats (died or froze), never for a slow call.
 JUDGING_HEARTBEAT_S = env.float("JUDGING_HEARTBEAT_S", default=2.0)
 JUDGING_LEASE_S = env.float("JUDGING_LEASE_S", default=30.0)
-# Processes one judging job uses (its queries are shared out); request handling is
-# CPU-bound in Python, so high-concurrency judges want one per core.
-JUDGING_PROCESSES = env.int("JUDGING_PROCESSES", default=1)
+# Lane tasks one judging job fans out to (judging/tasks.py): each runs in one worker
+# process and all share the job's (query, stage) units. Request handling is CPU-bound
+# in Python, so set it to the worker processes you want on one job (e.g. one per core
+# across all machines); extra lanes find nothing to do and exit.
+JUDGING_LANES = env.int("JUDGING_LANES", default=2)
 
 # ---------------------------------------------------------------------------- LOGGING
 LOGGING = {
