@@ -44,7 +44,9 @@ __all__ = [
     "JudgeEndpoint",
     "JudgeError",
     "RefusedJudgeError",
+    "ReplicaCheck",
     "TransientJudgeError",
+    "check_connection",
     "replicas_in_flight",
 ]
 
@@ -435,3 +437,98 @@ def _retry_after(error: openai.APIStatusError) -> float | None:
         return max(float(value), 0.0) if value is not None else None
     except ValueError:
         return None  # an HTTP date: fall back to our own backoff
+
+
+# ---------------------------------------------------------------------------
+# Connection test (the judge form's "Test connection" button)
+# ---------------------------------------------------------------------------
+
+TEST_PROMPT = "Reply with the single word OK."
+
+
+@dataclass(frozen=True)
+class ReplicaCheck:
+    """What one base URL answered: its models, and one tiny completion."""
+
+    base_url: str
+    models: tuple[str, ...] = ()
+    model_listed: bool = False
+    answer: str = ""
+    latency_ms: float = 0.0
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.error
+
+
+def check_connection(
+    endpoint: JudgeEndpoint, limiter: Limiter | None = None, *, timeout_s: float = 20.0
+) -> list[ReplicaCheck]:
+    """Call each replica's ``/models`` and ask one tiny completion, with the official
+    client, exactly as a job would (same key, model, decoding options, a slot of the
+    judge's concurrency). Never raises for what the endpoint does: each replica's
+    error is reported in words. FatalJudgeError if the key variable is refused."""
+    api_key = endpoint.api_key  # refuses a platform secret before anything is sent
+    limiter = limiter if limiter is not None else limiter_for_url("memory://")
+    timeout = min(endpoint.timeout_s, timeout_s)
+    return [
+        _check_replica(endpoint, url, api_key, limiter, timeout)
+        for url in endpoint.base_urls
+    ]
+
+
+def _check_replica(
+    endpoint: JudgeEndpoint, url: str, api_key: str, limiter: Limiter, timeout: float
+) -> ReplicaCheck:
+    client = openai.OpenAI(
+        base_url=url, api_key=api_key, max_retries=0, timeout=timeout
+    )
+    models: tuple[str, ...] = ()
+    try:
+        with client:
+            try:
+                models = tuple(m.id for m in client.models.list())
+            except openai.APIError as error:
+                return ReplicaCheck(url, error=f"GET {url}/models: {_describe(error)}")
+            kwargs: dict[str, Any] = {
+                "model": endpoint.model,
+                "messages": [{"role": "user", "content": TEST_PROMPT}],
+                "max_completion_tokens": 16,
+            }
+            if endpoint.temperature is not None:
+                kwargs["temperature"] = endpoint.temperature
+            if endpoint.extra_body:
+                kwargs["extra_body"] = dict(endpoint.extra_body)
+            with limiter.acquire(endpoint.name, endpoint.concurrency, timeout=timeout):
+                started = time.perf_counter()
+                response = client.chat.completions.create(**kwargs)
+                latency_ms = (time.perf_counter() - started) * 1000
+    except LimiterTimeout as error:
+        return ReplicaCheck(url, models, endpoint.model in models, error=str(error))
+    except openai.APIError as error:
+        return ReplicaCheck(
+            url,
+            models,
+            endpoint.model in models,
+            error=f"POST {url}/chat/completions: {_describe(error)}",
+        )
+    result = _result(response, latency_ms, 0, url)
+    return ReplicaCheck(
+        url,
+        models,
+        endpoint.model in models,
+        answer=result.text[:500],
+        latency_ms=latency_ms,
+    )
+
+
+def _describe(error: openai.APIError) -> str:
+    if isinstance(error, openai.APITimeoutError):
+        return "timed out"
+    if isinstance(error, openai.APIConnectionError):
+        cause = error.__cause__ or error
+        return f"cannot connect ({type(cause).__name__}: {cause})"
+    if isinstance(error, openai.APIStatusError):
+        return f"HTTP {error.status_code}: {_error_message(error)}"
+    return f"{type(error).__name__}: {error}"

@@ -36,8 +36,13 @@ def judging_job_run_task(job_id: int) -> str:
     return "running"
 
 
+# reject_on_worker_lost: a lane whose pool process died goes back to the queue and
+# picks its run up again on any worker (it is idempotent; a finished run exits).
 @shared_task(
-    acks_late=True, soft_time_limit=JOB_TIME_LIMIT_S, time_limit=JOB_TIME_LIMIT_S + 60
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=JOB_TIME_LIMIT_S,
+    time_limit=JOB_TIME_LIMIT_S + 60,
 )
 def judging_lane_task(job_id: int, job_token: str, unit_ids: list[int]) -> str:
     """Work on run ``job_token`` of job ``job_id`` (``unit_ids`` first) until no unit
