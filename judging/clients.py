@@ -275,10 +275,14 @@ class JudgeClient:
         }
         if ep.temperature is not None:  # otherwise the server's default, as the paper
             kwargs["temperature"] = ep.temperature
+        extra = dict(ep.extra_body or {})
         if response_format is not None and ep.decoding == "json_schema":
-            kwargs["response_format"] = response_format
-        if ep.extra_body:
-            kwargs["extra_body"] = dict(ep.extra_body)
+            # Sent as-is in the body (the same JSON as the typed parameter): the
+            # client's typed-dict transform walks the whole schema on every call,
+            # measured at a sixth of the platform's CPU per request.
+            extra["response_format"] = response_format
+        if extra:
+            kwargs["extra_body"] = extra
         return kwargs
 
     def backoff_s(self, retry: int) -> float:

@@ -133,6 +133,9 @@ class JobRunner:
         self.active: set[int] = set()
         self.units: set[int] = set()
         self.active_lock = threading.Lock()
+        # Idle unit loops sleep on ``idle`` while one of them polls for a unit.
+        self.idle = threading.Condition()
+        self.polling = False
         # Request counters are summed here and flushed with each heartbeat: one
         # UPDATE per window would cost more than the window's own bookkeeping.
         self.counts = {
@@ -191,7 +194,9 @@ class JobRunner:
         # Enough unit loops to keep every call slot busy while some wait on refits.
         # The two stages of a query are independent (Stage B never reads Stage A),
         # so each (query, stage) is its own unit: twice the windows ready at once.
-        loops = max(1, self.judge.concurrency)
+        # Each loop holds a database connection: capped by JUDGING_UNIT_THREADS (a
+        # unit has many windows ready at once, so a few loops fill many call slots).
+        loops = max(1, min(self.judge.concurrency, services.unit_threads()))
         error = ""
         try:
             with ThreadPoolExecutor(
@@ -204,6 +209,7 @@ class JobRunner:
                     if exc is not None and not isinstance(exc, StopRun):
                         error = f"{type(exc).__name__}: {exc}"
                         self.stop.set()
+                        self._wake_idle()
                         break
                 wait(futures)
         finally:
@@ -248,33 +254,9 @@ class JobRunner:
     # ------------------------------------------------------------------ per unit
     def _unit_loop(self, calls: ThreadPoolExecutor) -> None:
         """Claim units and run them until none is left; the loop that sees the last
-        unit done closes the job. Waits (polling) while other lanes hold units: if
-        one of them dies, its units become claimable when their leases run out."""
+        unit done closes the job."""
         try:
-            while True:
-                if self.stop.is_set():
-                    raise StopRun(self.stop_reason)
-                try:
-                    unit = services.unit_claim(
-                        job_id=self.job.pk,
-                        job_token=self.job_token,
-                        token=self.token,
-                        lease_s=self.lease_s,
-                        prefer=self.prefer,
-                    )
-                except services.JobFenced as exc:
-                    self._fenced()
-                    raise StopRun(str(exc)) from exc
-                if unit is None:
-                    if services.units_left(job_id=self.job.pk) == 0:
-                        services.job_finish(
-                            job_id=self.job.pk,
-                            status=JobStatus.DONE,
-                            token=self.job_token,
-                        )
-                        return
-                    self.stop.wait(self.poll_s)
-                    continue
+            while (unit := self._next_unit()) is not None:
                 with self.active_lock:
                     self.units.add(unit.pk)
                 try:
@@ -289,9 +271,56 @@ class JobRunner:
         finally:
             connection.close()
 
+    def _next_unit(self):
+        """The next unit this loop works on, or None when the job has none left.
+
+        While other lanes hold every unit left, one loop of this lane polls (a dead
+        lane's units become claimable when their leases run out) and the others sleep
+        until it finds one: idle loops cost the database nothing.
+        """
+        while True:
+            if self.stop.is_set():
+                raise StopRun(self.stop_reason)
+            try:
+                unit = services.unit_claim(
+                    job_id=self.job.pk,
+                    job_token=self.job_token,
+                    token=self.token,
+                    lease_s=self.lease_s,
+                    prefer=self.prefer,
+                )
+            except services.JobFenced as exc:
+                self._fenced()
+                raise StopRun(str(exc)) from exc
+            if unit is not None:
+                with self.idle:
+                    self.idle.notify_all()  # there may be more: idle loops try too
+                return unit
+            if services.units_left(job_id=self.job.pk) == 0:
+                services.job_finish(
+                    job_id=self.job.pk, status=JobStatus.DONE, token=self.job_token
+                )
+                self._wake_idle()
+                return None
+            with self.idle:
+                if self.polling:
+                    self.idle.wait(timeout=10 * self.poll_s)
+                    continue
+                self.polling = True
+            try:
+                self.stop.wait(self.poll_s)
+            finally:
+                with self.idle:
+                    self.polling = False
+
+    def _wake_idle(self) -> None:
+        with self.idle:
+            self.idle.notify_all()
+
     def _fenced(self) -> None:
         self.stop_reason = self.stop_reason or services.FENCED
         self.stop.set()
+        self._wake_idle()
 
     def _run_unit(self, unit, calls: ThreadPoolExecutor) -> None:
         query = unit.query
@@ -485,6 +514,7 @@ class JobRunner:
                 if status != JobStatus.RUNNING:
                     self.stop_reason = status
                     self.stop.set()
+                    self._wake_idle()
                 elif self.progress is not None:
                     self.progress(self.job)
         finally:

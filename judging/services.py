@@ -71,6 +71,11 @@ def heartbeat_s() -> float:
     return float(getattr(settings, "JUDGING_HEARTBEAT_S", 2.0))
 
 
+def unit_threads() -> int:
+    """Unit loops per lane (each holds one database connection)."""
+    return int(getattr(settings, "JUDGING_UNIT_THREADS", 16))
+
+
 # ----------------------------------------------------------------------------- judges
 
 

@@ -317,6 +317,9 @@ JUDGING_LEASE_S = env.float("JUDGING_LEASE_S", default=30.0)
 # in Python, so set it to the worker processes you want on one job (e.g. one per core
 # across all machines); extra lanes find nothing to do and exit.
 JUDGING_LANES = env.int("JUDGING_LANES", default=2)
+# (query, stage) units one lane works on at once; each holds a database connection
+# (PostgreSQL's max_connections must cover lanes x this + web + other workers).
+JUDGING_UNIT_THREADS = env.int("JUDGING_UNIT_THREADS", default=16)
 
 # ---------------------------------------------------------------------------- LOGGING
 LOGGING = {
