@@ -7,6 +7,7 @@ two runners (or a task run twice) never ask or store one window twice.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import secrets
@@ -18,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, F, Q
 from django.utils import timezone
 
@@ -777,6 +778,41 @@ def window_release(*, window_id: int, token: str) -> None:
     ).update(status=WindowStatus.PLANNED, lease_until=None, claim="")
 
 
+_COMPLETE_FIELDS = (
+    "valid",
+    "invalid_category",
+    "invalid_reason",
+    "raw_response",
+    "scores",
+    "ranking",
+    "answers",
+    "attempts",
+    "input_tokens",
+    "output_tokens",
+    "latency_ms",
+    "prompt_sha256",
+    "prompt_version",
+    "completed_at",
+)
+
+
+@functools.cache
+def _complete_sql(vendor: str) -> str:
+    meta = JudgmentWindow._meta
+    qn = connection.ops.quote_name
+    sets = ", ".join(
+        f"{qn(meta.get_field(f).column)} = %s" for f in ("status", "lease_until")
+    )
+    sets += ", " + ", ".join(
+        f"{qn(meta.get_field(f).column)} = %s" for f in _COMPLETE_FIELDS
+    )
+    return (
+        f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(meta.pk.column)} = %s "
+        f"AND {qn(meta.get_field('status').column)} = %s "
+        f"AND {qn(meta.get_field('claim').column)} = %s"
+    )
+
+
 def window_complete(
     *,
     window_id: int,
@@ -797,29 +833,36 @@ def window_complete(
     """Store a window's outcome once (in-flight -> done), only while the window is
     still claimed by ``token``. The raw answer is kept even when invalid; nothing is
     imputed. False if the window was no longer ours (its lease ran out and another
-    runner re-claimed it, or the job was taken over): the caller drops the answer."""
-    return bool(
-        JudgmentWindow.objects.filter(
-            pk=window_id, status=WindowStatus.IN_FLIGHT, claim=token
-        ).update(
-            status=WindowStatus.DONE,
-            lease_until=None,
-            valid=valid,
-            invalid_category=category or "",
-            invalid_reason=reason[:2000],
-            raw_response=raw_response,
-            scores=scores,
-            ranking=ranking,
-            answers=answers,
-            attempts=attempts,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            latency_ms=latency_ms,
-            prompt_sha256=prompt_sha256,
-            prompt_version=str(prompts.PROMPT_VERSION),
-            completed_at=timezone.now(),
-        )
-    )
+    runner re-claimed it, or the job was taken over): the caller drops the answer.
+
+    One statement built once, values prepared by the model's own fields: this runs
+    once per request, and compiling the ORM update cost a sixth of a lane's CPU.
+    """
+    meta = JudgmentWindow._meta
+    values = {
+        "valid": valid,
+        "invalid_category": category or "",
+        "invalid_reason": reason[:2000],
+        "raw_response": raw_response,
+        "scores": scores,
+        "ranking": ranking,
+        "answers": answers,
+        "attempts": attempts,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "latency_ms": latency_ms,
+        "prompt_sha256": prompt_sha256,
+        "prompt_version": str(prompts.PROMPT_VERSION),
+        "completed_at": timezone.now(),
+    }
+    params = [WindowStatus.DONE.value, None] + [
+        meta.get_field(f).get_db_prep_save(values[f], connection)
+        for f in _COMPLETE_FIELDS
+    ]
+    params += [window_id, WindowStatus.IN_FLIGHT.value, token]
+    with connection.cursor() as cursor:
+        cursor.execute(_complete_sql(connection.vendor), params)
+        return cursor.rowcount == 1
 
 
 # ----------------------------------------------------------------------------- import / export
