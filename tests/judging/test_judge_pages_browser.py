@@ -17,7 +17,9 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 @pytest.mark.chromium
 @pytest.mark.django_db(transaction=True)
-def test_admin_adds_a_judge_after_testing_its_connection(live_server, settings, tmp_path):
+def test_admin_adds_a_judge_after_testing_its_connection(
+    live_server, settings, tmp_path
+):
     settings.JUDGE_LIMITER_URL = f"file://{tmp_path / 'slots'}"
     call_command("demo", verbosity=0)
     server, _thread, url = start_simulated_judge(seed=2, model="sim-7b")
