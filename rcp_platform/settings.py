@@ -113,6 +113,7 @@ INSTALLED_APPS = [
     "judging",
     "calibration",
     "annotation",
+    "panels",
     "portal",
 ]
 
@@ -328,6 +329,8 @@ JUDGING_LANES = env.int("JUDGING_LANES", default=2)
 # (query, stage) units one lane works on at once; each holds a database connection
 # (PostgreSQL's max_connections must cover lanes x this + web + other workers).
 JUDGING_UNIT_THREADS = env.int("JUDGING_UNIT_THREADS", default=16)
+# A running LLM panel run whose heartbeat is older than this is taken over on resume.
+PANELS_HEARTBEAT_STALE_S = env.int("PANELS_HEARTBEAT_STALE_S", default=60)
 
 # ---------------------------------------------------------------------------- LOGGING
 LOGGING = {
