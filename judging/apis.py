@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from benchmarks.access import IsStaffOrReviewerReadOnly
 from benchmarks.selectors import dataset_get
 from rcp_platform.exceptions import NotFoundError
 
 from . import selectors, services
+from .keyenv import api_key_env_refusal
 from .models import Decoding, JobStages
 
 
@@ -27,7 +30,21 @@ class JudgeOutput(serializers.Serializer):
     offline = serializers.BooleanField()
 
 
+class CanAddJudge(IsStaffOrReviewerReadOnly):
+    """Reads as everywhere; creating a judge needs ``judging.add_judge``: a judge's
+    URL receives the key its variable holds, so ``is_staff`` alone is not enough."""
+
+    def has_permission(self, request: Request, view: object) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        return request.method in SAFE_METHODS or request.user.has_perm(
+            "judging.add_judge"
+        )
+
+
 class JudgeListApi(APIView):
+    permission_classes = [CanAddJudge]
+
     class JudgeInput(serializers.Serializer):
         name = serializers.CharField(max_length=200)
         base_urls = serializers.ListField(child=serializers.URLField(), min_length=1)
@@ -48,6 +65,12 @@ class JudgeListApi(APIView):
         )
         timeout_s = serializers.FloatField(min_value=1, default=120.0)
         extra_body = serializers.DictField(required=False, default=dict)
+
+        def validate_api_key_env(self, value: str) -> str:
+            refusal = api_key_env_refusal(value)
+            if refusal is not None:
+                raise serializers.ValidationError(refusal)
+            return value
 
     @extend_schema(responses=JudgeOutput(many=True))
     def get(self, request: Request) -> Response:

@@ -135,10 +135,17 @@ class _SlotLimiter:
             yield slot
         finally:
             with state.cond:
-                handle = state.held.pop(slot)
-                try:
-                    self._give_back(judge_name, slot, handle)
-                finally:
+                handle = state.held[slot]
+            try:
+                # Outside the lock: a store round trip (Redis) would otherwise hold
+                # up every other thread's acquire and release in this process.
+                self._give_back(judge_name, slot, handle)
+            finally:
+                with state.cond:
+                    # Once given back, another thread here may have taken the same
+                    # slot number (Redis claims any free key): drop only our entry.
+                    if state.held.get(slot) is handle:
+                        del state.held[slot]
                     state.cond.notify()
 
     def _wait_for_slot(

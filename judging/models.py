@@ -52,6 +52,15 @@ class Judge(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        from .keyenv import api_key_env_refusal
+
+        refusal = api_key_env_refusal(self.api_key_env)
+        if refusal is not None:
+            raise ValidationError({"api_key_env": refusal})
+
 
 class Stage(models.TextChoices):
     TOURNAMENT = "tournament", "Stage A: tournament"
@@ -107,6 +116,15 @@ class JudgingJob(models.Model):
     error = models.TextField(blank=True)
     requests = models.PositiveIntegerField(default=0)
     retries = models.PositiveIntegerField(default=0)
+    wasted = models.PositiveIntegerField(
+        default=0,
+        help_text="answers paid for but dropped: their runner had lost the window's claim",
+    )
+    run_token = models.CharField(
+        max_length=32,
+        blank=True,
+        help_text="token of the current run; a take-over replaces it, fencing the old run",
+    )
     input_tokens = models.PositiveBigIntegerField(default=0)
     output_tokens = models.PositiveBigIntegerField(default=0)
     created_by = models.ForeignKey(
@@ -127,6 +145,45 @@ class JudgingJob(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk}: {self.judge_id} on {self.dataset_id}"
+
+
+class UnitStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+
+
+class JudgingUnit(models.Model):
+    """One (query, stage) of a job: the unit of work lanes share.
+
+    Lanes (Celery tasks on any worker) claim units with compare-and-set under the
+    job's current run token and hold them with a lease their heartbeat renews; a
+    dead lane's units are taken over by the others when the lease runs out. A unit is
+    done when its stage's planner has nothing left to ask.
+    """
+
+    job = models.ForeignKey(JudgingJob, on_delete=models.CASCADE, related_name="units")
+    query = models.ForeignKey(
+        "benchmarks.Query", on_delete=models.CASCADE, related_name="+"
+    )
+    stage = models.CharField(max_length=20, choices=Stage.choices)
+    status = models.CharField(
+        max_length=20, choices=UnitStatus.choices, default=UnitStatus.PENDING
+    )
+    claim = models.CharField(max_length=32, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job_id", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "query", "stage"], name="unit_unique_query_stage"
+            ),
+        ]
+        indexes = [models.Index(fields=["job", "status"], name="unit_job_status")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.query_id}/{self.stage}"
 
 
 class WindowStatus(models.TextChoices):

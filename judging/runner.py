@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import logging
 import secrets
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
-from pathlib import Path
 
 from django.db import connection
 from threadpoolctl import threadpool_limits
@@ -44,7 +41,6 @@ from .schedules import (
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 3
-HEARTBEAT_S = 2.0
 
 
 class StopRun(Exception):
@@ -97,25 +93,31 @@ def _answers(
 
 
 class JobRunner:
-    """Runs one job to completion, pause, cancellation or failure in this process."""
+    """One lane of a job: claims (query, stage) units of the job's current run and
+    works on them until none is left, the job stops, or the run is fenced.
+
+    Any number of lanes, in any processes on any machines, share one job: each is a
+    Celery task (``judging.tasks.judging_lane_task``) or, for ``judge --inline``, this
+    process. Units, windows and the job are only written under compare-and-set with
+    this lane's token and the run's token, so a lane that died, froze or lost the job
+    to a take-over changes nothing, and its units and windows are taken over by the
+    live lanes when their leases run out.
+    """
 
     def __init__(
         self,
         job: JudgingJob,
         *,
+        job_token: str,
+        prefer: list[int] | tuple[int, ...] = (),
         client_factory: Callable | None = None,
         limiter=None,
         poll_s: float = 0.5,
         progress: Callable[[JudgingJob], None] | None = None,
-        processes: int = 1,
-        shard: tuple[int, int] | None = None,
     ) -> None:
         self.job = job
-        # ``processes`` > 1: this runner owns the job and starts helper processes
-        # (``judge_shard``) for the other shards; ``shard`` marks such a helper.
-        self.processes = max(1, processes)
-        self.shard = shard
-        self.helpers: list[subprocess.Popen] = []
+        self.job_token = job_token  # the run this lane belongs to
+        self.prefer = tuple(prefer)  # this lane's share of the units, asked first
         self.judge = job.judge
         self.tournament, self.rubric = services.job_schedules(job.params)
         self.poll_s = poll_s
@@ -123,7 +125,17 @@ class JobRunner:
         self.stop = threading.Event()
         self.stop_reason = ""
         self.held: set[int] = set()
+        # Claims windows and units for this lane only: two lanes of one run never
+        # store each other's windows.
         self.token = secrets.token_hex(16)
+        # Windows whose calls are in progress and units being worked on: the
+        # heartbeat renews their leases.
+        self.active: set[int] = set()
+        self.units: set[int] = set()
+        self.active_lock = threading.Lock()
+        # Idle unit loops sleep on ``idle`` while one of them polls for a unit.
+        self.idle = threading.Condition()
+        self.polling = False
         # Request counters are summed here and flushed with each heartbeat: one
         # UPDATE per window would cost more than the window's own bookkeeping.
         self.counts = {
@@ -131,6 +143,7 @@ class JobRunner:
             "retries": 0,
             "input_tokens": 0,
             "output_tokens": 0,
+            "wasted": 0,
         }
         self.counts_lock = threading.Lock()
         self.budget = (
@@ -138,83 +151,65 @@ class JobRunner:
             if self.judge.context_tokens
             else None
         )
-        if client_factory is None:
-            from .clients import JudgeClient, JudgeEndpoint
-            from .limits import limiter_for_settings
-
-            endpoint = JudgeEndpoint.from_judge(self.judge)
-            self.client = JudgeClient(endpoint, limiter or limiter_for_settings())
-        else:
-            self.client = client_factory(self.judge)
-        # A window's lease outlives every retry of its call, so only a dead runner's
-        # windows are ever reclaimed by another.
-        self.lease_s = self.judge.timeout_s * (MAX_ATTEMPTS + 4) + 60
+        self.client_factory = client_factory
+        self.limiter = limiter
+        self.client = None  # made after the claim (a refused key fails the job)
+        # A window's lease is renewed by the heartbeat while its call is in progress
+        # (however many retries it takes), so only a dead or frozen lane's windows
+        # are ever re-claimed by another; a frozen one's answer is then refused.
+        self.lease_s = services.window_lease_s()
+        self.heartbeat_s = services.heartbeat_s()
 
     # ------------------------------------------------------------------ entry point
     def run(self) -> str:
-        """Run the job if it can be claimed; returns the job's final status."""
+        """Work on the run's units until none is left; returns the job's status."""
         # Window fits are small matrices solved by many threads at once: BLAS's own
         # threads would only spin against ours (measured: 10-50x CPU per fit).
         with threadpool_limits(limits=1):
             return self._run()
 
+    def _status(self) -> str:
+        return JudgingJob.objects.values_list("status", flat=True).get(pk=self.job.pk)
+
     def _run(self) -> str:
-        """Body of :meth:`run`.
-
-        A helper (``shard`` set) never claims or closes the job: it works on its
-        share of the queries while the owner's job is running.
-        """
-
-        def status_of() -> str:
-            return JudgingJob.objects.values_list("status", flat=True).get(
-                pk=self.job.pk
-            )
-
-        if self.shard is None and not services.job_claim(job_id=self.job.pk):
-            return status_of()
-        if self.shard is not None and status_of() != JobStatus.RUNNING:
-            return status_of()
-        index, total = self.shard or (0, self.processes)
-        helpers = self.helpers = (
-            [self._start_helper(i, total) for i in range(1, total)]
-            if self.shard is None
-            else []
+        current = JudgingJob.objects.values_list("status", "run_token").get(
+            pk=self.job.pk
         )
-        queries = services.job_queries(self.job.dataset, self.job.query_ids)[
-            index::total
-        ]
-        pools = services.query_pools(queries)
-        work = [
-            _Query(q.pk, q.external_id, q.text, pools[q.pk][0], pools[q.pk][1])
-            for q in queries
-            if pools[q.pk][0]
-        ]
-        stages = services.job_stage_list(self.job.stages)
+        if current != (JobStatus.RUNNING, self.job_token):
+            return current[0]  # a stale message: the run is over or was fenced
+        refusal = self._make_client()
+        if refusal:
+            services.job_finish(
+                job_id=self.job.pk,
+                status=JobStatus.FAILED,
+                error=refusal,
+                token=self.job_token,
+            )
+            return self._status()
         beat = threading.Thread(target=self._heartbeat, daemon=True)
         beat.start()
         calls = ThreadPoolExecutor(
             max_workers=self.judge.concurrency, thread_name_prefix="judge-call"
         )
-        # Enough query loops to keep every call slot busy while some wait on refits.
-        # The two stages of a query are independent (Stage B never reads Stage A), so
-        # each (query, stage) is its own loop: twice the windows ready at any moment.
-        tasks = [(q, stage) for q in work for stage in stages]
-        query_threads = max(1, min(len(tasks), self.judge.concurrency))
+        # Enough unit loops to keep every call slot busy while some wait on refits.
+        # The two stages of a query are independent (Stage B never reads Stage A),
+        # so each (query, stage) is its own unit: twice the windows ready at once.
+        # Each loop holds a database connection: capped by JUDGING_UNIT_THREADS (a
+        # unit has many windows ready at once, so a few loops fill many call slots).
+        loops = max(1, min(self.judge.concurrency, services.unit_threads()))
         error = ""
         try:
             with ThreadPoolExecutor(
-                max_workers=query_threads, thread_name_prefix="judge-query"
+                max_workers=loops, thread_name_prefix="judge-unit"
             ) as pool:
-                futures = [
-                    pool.submit(self._run_query, q, [stage], calls)
-                    for q, stage in tasks
-                ]
+                futures = [pool.submit(self._unit_loop, calls) for _ in range(loops)]
                 done, _ = wait(futures, return_when=FIRST_EXCEPTION)
                 for future in done:
                     exc = future.exception()
                     if exc is not None and not isinstance(exc, StopRun):
                         error = f"{type(exc).__name__}: {exc}"
                         self.stop.set()
+                        self._wake_idle()
                         break
                 wait(futures)
         finally:
@@ -222,46 +217,117 @@ class JobRunner:
             self.stop.set()
             beat.join(timeout=5)
             self._flush_counts()
-            for helper in helpers:
-                if helper.wait() != 0 and not error:
-                    error = f"helper process for shard {helper.args[-2]} failed (exit code {helper.returncode})"
-        if self.shard is not None:
-            if error:
-                raise RuntimeError(
-                    error
-                )  # the owner sees the exit code and fails the job
-            return status_of()
         if error:
             services.job_finish(
-                job_id=self.job.pk, status=JobStatus.FAILED, error=error
+                job_id=self.job.pk,
+                status=JobStatus.FAILED,
+                error=error,
+                token=self.job_token,
             )
-        elif not self.stop_reason:
-            services.job_finish(job_id=self.job.pk, status=JobStatus.DONE)
-        self.job.refresh_from_db()
-        return self.job.status
+        return self._status()
 
-    def _start_helper(self, index: int, total: int) -> subprocess.Popen:
-        manage = Path(__file__).resolve().parent.parent / "manage.py"
-        return subprocess.Popen(
-            [
-                sys.executable,
-                str(manage),
-                "judge_shard",
-                str(self.job.pk),
-                str(index),
-                str(total),
-            ]
-        )
+    def _make_client(self) -> str:
+        """Build the judge client; returns why not (the key variable is refused).
 
-    # ------------------------------------------------------------------ per query
-    def _run_query(
-        self, query: _Query, stages: list[str], calls: ThreadPoolExecutor
-    ) -> None:
+        Checked here, in the worker, right before any call: a judge row written
+        before the rule existed (or edited behind the services) sends nothing.
+        """
+        from .clients import FatalJudgeError, JudgeClient, JudgeEndpoint
+        from .keyenv import api_key_env_refusal
+        from .limits import limiter_for_settings
+
+        refusal = api_key_env_refusal(self.judge.api_key_env)
+        if refusal is not None:
+            return f"judge {self.judge.name!r}: refusing to send its key: {refusal}"
         try:
-            for stage in stages:
-                self._run_stage(query, stage, calls)
+            if self.client_factory is not None:
+                self.client = self.client_factory(self.judge)
+            else:
+                endpoint = JudgeEndpoint.from_judge(self.judge)
+                self.client = JudgeClient(
+                    endpoint, self.limiter or limiter_for_settings()
+                )
+        except FatalJudgeError as exc:
+            return str(exc)
+        return ""
+
+    # ------------------------------------------------------------------ per unit
+    def _unit_loop(self, calls: ThreadPoolExecutor) -> None:
+        """Claim units and run them until none is left; the loop that sees the last
+        unit done closes the job."""
+        try:
+            while (unit := self._next_unit()) is not None:
+                with self.active_lock:
+                    self.units.add(unit.pk)
+                try:
+                    self._run_unit(unit, calls)
+                except BaseException:
+                    services.unit_release(unit_id=unit.pk, token=self.token)
+                    raise
+                finally:
+                    with self.active_lock:
+                        self.units.discard(unit.pk)
+                services.unit_done(unit_id=unit.pk, token=self.token)
         finally:
             connection.close()
+
+    def _next_unit(self):
+        """The next unit this loop works on, or None when the job has none left.
+
+        While other lanes hold every unit left, one loop of this lane polls (a dead
+        lane's units become claimable when their leases run out) and the others sleep
+        until it finds one: idle loops cost the database nothing.
+        """
+        while True:
+            if self.stop.is_set():
+                raise StopRun(self.stop_reason)
+            try:
+                unit = services.unit_claim(
+                    job_id=self.job.pk,
+                    job_token=self.job_token,
+                    token=self.token,
+                    lease_s=self.lease_s,
+                    prefer=self.prefer,
+                )
+            except services.JobFenced as exc:
+                self._fenced()
+                raise StopRun(str(exc)) from exc
+            if unit is not None:
+                with self.idle:
+                    self.idle.notify_all()  # there may be more: idle loops try too
+                return unit
+            if services.units_left(job_id=self.job.pk) == 0:
+                services.job_finish(
+                    job_id=self.job.pk, status=JobStatus.DONE, token=self.job_token
+                )
+                self._wake_idle()
+                return None
+            with self.idle:
+                if self.polling:
+                    self.idle.wait(timeout=10 * self.poll_s)
+                    continue
+                self.polling = True
+            try:
+                self.stop.wait(self.poll_s)
+            finally:
+                with self.idle:
+                    self.polling = False
+
+    def _wake_idle(self) -> None:
+        with self.idle:
+            self.idle.notify_all()
+
+    def _fenced(self) -> None:
+        self.stop_reason = self.stop_reason or services.FENCED
+        self.stop.set()
+        self._wake_idle()
+
+    def _run_unit(self, unit, calls: ThreadPoolExecutor) -> None:
+        query = unit.query
+        pools = services.query_pools([query])
+        doc_ids, texts = pools[query.pk]
+        work = _Query(query.pk, query.external_id, query.text, doc_ids, texts)
+        self._run_stage(work, unit.stage, calls)
 
     def _plan(self, query: _Query, stage: str, judged: dict, cache: dict) -> list:
         def cached(fit):
@@ -306,17 +372,24 @@ class JobRunner:
             )
             if self.stop.is_set():
                 raise StopRun(self.stop_reason)
-            got = set(
-                services.windows_claim(
-                    window_ids=[row.pk for row in rows],
-                    job_id=self.job.pk,
-                    token=self.token,
-                    lease_s=self.lease_s,
-                    reask={row.pk for row in rows} - self.held,
+            try:
+                got = set(
+                    services.windows_claim(
+                        window_ids=[row.pk for row in rows],
+                        job_id=self.job.pk,
+                        token=self.token,
+                        job_token=self.job_token,
+                        lease_s=self.lease_s,
+                        reask={row.pk for row in rows} - self.held,
+                    )
                 )
-            )
+            except services.JobFenced as exc:
+                self._fenced()
+                raise StopRun(str(exc)) from exc
             mine = [row for row in rows if row.pk in got]
             self.held.update(got)
+            with self.active_lock:
+                self.active.update(got)
             # Call threads only talk to the judge; this query's thread stores each
             # answer as it arrives, so database connections stay one per query loop.
             futures = {calls.submit(self._ask_window, query, row): row for row in mine}
@@ -324,12 +397,18 @@ class JobRunner:
             for future in as_completed(futures):
                 row = futures[future]
                 try:
-                    services.window_complete(
+                    stored = services.window_complete(
                         window_id=row.pk, token=self.token, **future.result()
                     )
+                    if not stored:  # our claim was taken over: drop, count as waste
+                        with self.counts_lock:
+                            self.counts["wasted"] += 1
                 except BaseException as exc:  # the judge refused us for good
                     services.window_release(window_id=row.pk, token=self.token)
                     fatal = fatal or exc
+                finally:
+                    with self.active_lock:
+                        self.active.discard(row.pk)
             if fatal is not None:
                 raise fatal
             if len(mine) < len(rows):
@@ -358,6 +437,8 @@ class JobRunner:
         raw = ""
         result = None
         while attempts < MAX_ATTEMPTS:
+            if self.stop.is_set():  # paused, cancelled or fenced: ask nothing more
+                raise StopRun(self.stop_reason)
             attempts += 1
             try:
                 call = self.client.complete(messages, response_format=fmt)
@@ -413,38 +494,54 @@ class JobRunner:
             services.job_count(job_id=self.job.pk, **counts)
 
     def _heartbeat(self) -> None:
+        """Every ``heartbeat_s``: flush counters, renew the leases of this lane's
+        units and in-progress windows, refresh the job's heartbeat and stop on
+        anything but running (pause, cancel, failure, done, or a take-over)."""
         try:
-            while not self.stop.wait(HEARTBEAT_S):
+            while not self.stop.wait(self.heartbeat_s):
                 self._flush_counts()
-                failed = [h for h in self.helpers if h.poll() not in (None, 0)]
-                if failed:
-                    self.stop_reason = ""
-                    self.stop.set()
-                    break
-                if self.shard is None:
-                    status = services.job_heartbeat(job_id=self.job.pk)
-                else:
-                    status = JudgingJob.objects.values_list("status", flat=True).get(
-                        pk=self.job.pk
-                    )
+                with self.active_lock:
+                    active, units = list(self.active), list(self.units)
+                services.windows_renew(
+                    window_ids=active, token=self.token, lease_s=self.lease_s
+                )
+                services.units_renew(
+                    unit_ids=units, token=self.token, lease_s=self.lease_s
+                )
+                status = services.job_heartbeat(
+                    job_id=self.job.pk, token=self.job_token
+                )
                 if status != JobStatus.RUNNING:
                     self.stop_reason = status
                     self.stop.set()
+                    self._wake_idle()
                 elif self.progress is not None:
                     self.progress(self.job)
         finally:
             connection.close()
 
 
-def job_run(*, job_id: int, processes: int | None = None, **kwargs) -> str:
-    """Run job ``job_id`` here (Celery task body and ``judge --inline``).
+def job_start(*, job_id: int) -> tuple[str, list[int]] | None:
+    """Claim job ``job_id`` for a new run and plan its units; returns (run token,
+    unit ids not done) or None if another live run holds it."""
+    token = services.job_claim(job_id=job_id)
+    if token is None:
+        return None
+    job = JudgingJob.objects.select_related("dataset").get(pk=job_id)
+    return token, services.job_units_plan(job=job)
 
-    ``processes`` (default: the JUDGING_PROCESSES setting) > 1 shares the queries
-    with helper processes, so request handling is not bound to one core.
-    """
-    from django.conf import settings
 
+def lane_run(*, job_id: int, job_token: str, prefer=(), **kwargs) -> str:
+    """Run one lane of run ``job_token`` here (the Celery lane task's body)."""
     job = JudgingJob.objects.select_related("judge", "dataset").get(pk=job_id)
-    if processes is None:
-        processes = getattr(settings, "JUDGING_PROCESSES", 1)
-    return JobRunner(job, processes=processes, **kwargs).run()
+    return JobRunner(job, job_token=job_token, prefer=prefer, **kwargs).run()
+
+
+def job_run(*, job_id: int, **kwargs) -> str:
+    """Run job ``job_id`` in this process as a single lane (``judge --inline``,
+    scripts, tests). Lanes on Celery workers may join the same run."""
+    started = job_start(job_id=job_id)
+    if started is None:
+        return JudgingJob.objects.values_list("status", flat=True).get(pk=job_id)
+    token, units = started
+    return lane_run(job_id=job_id, job_token=token, prefer=units, **kwargs)

@@ -99,6 +99,7 @@ def job_progress(*, job: JudgingJob) -> dict[str, Any]:
         "percent": round(100.0 * done / planned, 1) if planned else 100.0,
         "requests": job.requests,
         "retries": job.retries,
+        "wasted": job.wasted,
         "input_tokens": job.input_tokens,
         "output_tokens": job.output_tokens,
         "elapsed_s": round(elapsed, 1) if elapsed is not None else None,

@@ -7,6 +7,8 @@ from . import apis, views
 app_name = "judging"
 urlpatterns = [
     path("", views.job_list, name="job-list"),
+    path("judges/new", views.judge_form, name="judge-create"),
+    path("judges/<int:judge_id>/edit", views.judge_form, name="judge-edit"),
     path("jobs/<int:job_id>/", views.job_detail, name="job-detail"),
     path(
         "jobs/<int:job_id>/progress", views.job_progress_fragment, name="job-progress"

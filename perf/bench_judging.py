@@ -1,14 +1,21 @@
-"""Judging throughput: a job against the simulated judge with fixed latency L and judge
-concurrency C, every window persisted in PostgreSQL.
+"""Judging throughput on Celery: jobs run by 2 worker processes (Redis broker and judge
+slots, PostgreSQL) against the simulated judge with fixed latency L, at judge
+concurrency C = 32 and C = 64, next to the bare openai client loop, in one run.
 
-    .venv/bin/python perf/bench_judging.py [--latency-ms 200] [--concurrency 32]
-        [--queries 20] [--docs 60] [--postgres postgres://postgres@127.0.0.1:5432/rcp_bench_judging]
+    .venv/bin/python perf/bench_judging.py [--latency-ms 200] [--concurrency 32 64]
+        [--queries 20] [--docs 150] [--workers 2]
+        [--postgres postgres://postgres@127.0.0.1:5432/rcp_bench_judging]
+        [--redis redis://127.0.0.1:6379/0]
 
-Prints achieved requests/s against the ceiling C/L (target >= 0.85 x C/L on 2 cores),
-and the platform's CPU time per request (this process only: the simulated judge runs
-in its own process). Peer, measured in the same run: a bare loop of the official openai
-client in C threads against the same server, with no parsing, planning or database -
-the best any client could do here.
+For each C it prints, side by side:
+- platform: requests/s of the job (from its start to its end, as the database records
+  them) as a ratio of the ceiling C/L, and the CPU time of the worker processes (each
+  worker's whole process tree, read from /proc) per request;
+- peer: the official openai client in C threads in this process, the same number of
+  calls to the same server, with no parsing, planning, limiter or database: the best
+  any client could do here; its CPU per request is this process's.
+Also: the most requests ever in flight at the judge (must be <= C: the cap holds across
+both workers). The simulated judge runs in its own process; its CPU counts for nobody.
 """
 
 from __future__ import annotations
@@ -17,22 +24,18 @@ import argparse
 import os
 import resource
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -41,26 +44,55 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def self_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def group_cpu_s(pgids: set[int]) -> float:
+    """CPU seconds (user + system) of every live process in these process groups,
+    plus what their reaped children used (cutime/cstime)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) in pgids:  # fields[2] is the pgrp (field 5 of stat)
+            total += sum(int(fields[i]) for i in (11, 12, 13, 14))
+    return total / TICKS
+
+
+def wait_port(port: int) -> None:
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--latency-ms", type=int, default=200)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[32, 64])
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--docs", type=int, default=150)
-    parser.add_argument(
-        "--processes", type=int, default=3, help="runner processes (JUDGING_PROCESSES)"
-    )
-    parser.add_argument(
-        "--no-peer", action="store_true", help="skip the bare-client peer"
-    )
+    parser.add_argument("--workers", type=int, default=2, help="worker processes")
     parser.add_argument(
         "--postgres", default="postgres://postgres@127.0.0.1:5432/rcp_bench_judging"
     )
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
 
     import psycopg
+    import redis
 
     base, dbname = args.postgres.rsplit("/", 1)
     with psycopg.connect(
@@ -68,15 +100,20 @@ def main() -> None:
     ) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {dbname} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {dbname}")
+    redis.Redis.from_url(args.redis).flushdb()
     tmp = Path(tempfile.mkdtemp())
     os.environ.update(
         DATABASE_URL=args.postgres,
         DEBUG="false",
         SECRET_KEY=secrets.token_urlsafe(50),
         RCP_VAR_DIR=str(tmp / "var"),
-        JUDGE_LIMITER_URL=f"file://{tmp / 'slots'}",
+        CELERY_BROKER_URL=args.redis,
+        JUDGE_LIMITER_URL=args.redis,
+        JUDGING_LANES=str(args.workers),
+        LOG_LEVEL="WARNING",
     )
     port = free_port()
+    procs: list[subprocess.Popen] = []
     server = subprocess.Popen(
         [
             sys.executable,
@@ -92,7 +129,9 @@ def main() -> None:
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
+    procs.append(server)
     url = f"http://127.0.0.1:{port}/v1"
     try:
         import django
@@ -105,9 +144,30 @@ def main() -> None:
         from benchmarks.services import dataset_import
         from benchmarks.synthetic import SyntheticSpec, write_benchmark
         from judging import services
-        from judging.models import JudgmentWindow
-        from judging.runner import job_run
+        from judging.models import JobStatus, JudgingJob, JudgmentWindow
 
+        workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "rcp_platform",
+                    "worker",
+                    "--concurrency=1",
+                    "--loglevel=warning",
+                    f"--hostname=bench{i}@%h",
+                ],
+                cwd=ROOT,
+                start_new_session=True,  # its own process group: CPU read per tree
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for i in range(args.workers)
+        ]
+        procs.extend(workers)
+        pgids = {w.pid for w in workers}
         paths = write_benchmark(
             tmp / "data",
             SyntheticSpec(
@@ -120,96 +180,112 @@ def main() -> None:
             queries=paths["queries"],
             pools=paths["pools"],
         )
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        judge = services.judge_create(
-            name="sim", base_urls=[url], model="sim", concurrency=args.concurrency
-        )
-        ceiling = args.concurrency / (args.latency_ms / 1000)
-        est = services.job_estimate(dataset=dataset, judge=judge)
+        wait_port(port)
+        time.sleep(3)  # the workers connect to the broker
 
-        # Peer: the bare openai client in C threads, same server, same number of calls.
-        import openai
-
-        client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
-        messages = [{"role": "user", "content": "hello"}]
-        n_peer = 0 if args.no_peer else min(est.calls, 1500)
-        t0, peer_cpu0 = time.perf_counter(), cpu_s()
-        with ThreadPoolExecutor(args.concurrency) as pool:
-            list(
-                pool.map(
-                    lambda _: client.chat.completions.create(
-                        model="sim", messages=messages
-                    ),
-                    range(n_peer),
-                )
-            )
-        peer_rate = n_peer / (time.perf_counter() - t0) or float("nan")
-        peer_cpu_ms = 1000 * (cpu_s() - peer_cpu0) / max(n_peer, 1)
-
-        job = services.job_create(dataset=dataset, judge=judge, queue=False)
         import json
         import urllib.request
 
-        samples: list[int] = []
-        sampling = threading.Event()
+        import openai
 
-        def sample() -> None:
-            stats_url = url.removesuffix("/v1") + "/stats"
-            while not sampling.wait(0.1):
-                with urllib.request.urlopen(stats_url) as resp:
-                    samples.append(json.load(resp)["in_flight"])
+        def judge_stats(reset: bool = False) -> dict:
+            req = urllib.request.Request(
+                url.removesuffix("/v1") + ("/stats/reset" if reset else "/stats"),
+                method="POST" if reset else "GET",
+            )
+            with urllib.request.urlopen(req) as resp:
+                return json.load(resp)
 
-        reset = urllib.request.Request(
-            url.removesuffix("/v1") + "/stats/reset", method="POST"
-        )
-        urllib.request.urlopen(reset).close()  # the peer's peak must not count
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        child_cpu0 = before.ru_utime + before.ru_stime
-        cpu0, t0 = cpu_s(), time.perf_counter()
-        status = job_run(job_id=job.pk, processes=args.processes)
-        wall, cpu = time.perf_counter() - t0, cpu_s() - cpu0
-        sampling.set()
-        sampler.join()
-        job.refresh_from_db()
-        stored = JudgmentWindow.objects.filter(job=job, status="done").count()
-        rate = job.requests / wall
+        rows = []
+        for concurrency in args.concurrency:
+            ceiling = concurrency / (args.latency_ms / 1000)
+            judge = services.judge_create(
+                name=f"sim-{concurrency}",
+                base_urls=[url],
+                model="sim",
+                concurrency=concurrency,
+            )
+            judge_stats(reset=True)
+            cpu0 = group_cpu_s(pgids)
+            job = services.job_create(dataset=dataset, judge=judge)  # on Celery
+            while JudgingJob.objects.get(pk=job.pk).status in (
+                JobStatus.PENDING,
+                JobStatus.RUNNING,
+            ):
+                time.sleep(0.2)
+            cpu = group_cpu_s(pgids) - cpu0
+            job.refresh_from_db()
+            peak = judge_stats()["max_in_flight"]
+            wall = (job.finished_at - job.started_at).total_seconds()
+            stored = JudgmentWindow.objects.filter(job=job, status="done").count()
+            rate = job.requests / wall
+
+            # Peer: the bare openai client in C threads, same server, same calls.
+            client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+            messages = [{"role": "user", "content": "hello"}]
+            n_peer = job.requests
+            t0, peer_cpu0 = time.perf_counter(), self_cpu_s()
+            with ThreadPoolExecutor(concurrency) as pool:
+                list(
+                    pool.map(
+                        lambda _, c=client, m=messages: c.chat.completions.create(
+                            model="sim", messages=m
+                        ),
+                        range(n_peer),
+                    )
+                )
+            peer_wall = time.perf_counter() - t0
+            peer_cpu = self_cpu_s() - peer_cpu0
+            client.close()
+            rows.append(
+                dict(
+                    C=concurrency,
+                    ceiling=ceiling,
+                    status=job.status,
+                    requests=job.requests,
+                    windows=stored,
+                    wall=wall,
+                    rate=rate,
+                    cpu_ms=1000 * cpu / max(job.requests, 1),
+                    peak=peak,
+                    peer_rate=n_peer / peer_wall,
+                    peer_cpu_ms=1000 * peer_cpu / max(n_peer, 1),
+                )
+            )
+
         print(
-            f"simulated judge: latency {args.latency_ms} ms, judge concurrency {args.concurrency} "
-            f"-> ceiling C/L = {ceiling:.0f} requests/s"
+            f"simulated judge latency L = {args.latency_ms} ms; {args.workers} Celery worker "
+            f"processes (Redis broker + judge slots, PostgreSQL); job: {args.queries} queries "
+            f"x {args.docs} docs, both stages"
         )
-        print(
-            f"job: {args.queries} queries x {args.docs} docs, both stages, status {status}; "
-            f"estimate {est.calls} calls, made {job.requests} requests, {stored} windows stored in PostgreSQL"
+        header = (
+            f"{'C':>4} {'C/L':>6} | {'platform req/s':>14} {'x C/L':>6} {'CPU ms/req':>10} "
+            f"{'peak':>5} {'requests':>8} {'wall s':>7} | {'peer req/s':>10} {'x C/L':>6} "
+            f"{'CPU ms/req':>10}"
         )
-        children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu += children.ru_utime + children.ru_stime - child_cpu0
-        print(
-            f"platform ({args.processes} process(es)): {rate:7.1f} requests/s = {rate / ceiling:.2f} x C/L   "
-            f"(CPU {1000 * cpu / max(job.requests, 1):.1f} ms per request, wall {wall:.1f} s)"
-        )
-        deciles = (
-            [samples[int(i * (len(samples) - 1) / 9)] for i in range(10)]
-            if samples
-            else []
-        )
-        print(
-            f"requests in flight at the judge, sampled every 0.1 s: mean {sum(samples) / max(len(samples), 1):.1f} "
-            f"of {args.concurrency}; over time: {deciles}"
-        )
-        print(
-            f"bare openai loop (peer): {peer_rate:7.1f} requests/s = {peer_rate / ceiling:.2f} x C/L; "
-            f"platform at {rate / peer_rate:.0%} of it (peer CPU {peer_cpu_ms:.1f} ms per request)"
-        )
+        print(header)
+        print("-" * len(header))
+        for r in rows:
+            print(
+                f"{r['C']:>4} {r['ceiling']:>6.0f} | {r['rate']:>14.1f} {r['rate'] / r['ceiling']:>6.2f} "
+                f"{r['cpu_ms']:>10.2f} {r['peak']:>5} {r['requests']:>8} {r['wall']:>7.1f} | "
+                f"{r['peer_rate']:>10.1f} {r['peer_rate'] / r['ceiling']:>6.2f} {r['peer_cpu_ms']:>10.2f}"
+            )
+        for r in rows:
+            assert r["status"] == "done", r
+            assert r["peak"] <= r["C"], (
+                f"the judge saw {r['peak']} > C = {r['C']} in flight"
+            )
     finally:
-        server.terminate()
-        server.wait()
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
 
 
 if __name__ == "__main__":

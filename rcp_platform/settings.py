@@ -307,14 +307,28 @@ CALIBRATION_FIT_LEASE = env.int("CALIBRATION_FIT_LEASE", default=300)
 # ---------------------------------------------------------------------------- LLM PROVIDERS
 # Judges name the environment variable that holds their API key (never the key itself).
 JUDGE_DEFAULT_TIMEOUT = env.float("JUDGE_DEFAULT_TIMEOUT", default=120.0)
+# Variables that may hold a judge's key: names starting RCP_JUDGE_KEY_, plus these
+# (comma-separated). The platform's own settings are refused whatever this says
+# (judging/keyenv.py): the worker sends the value to the judge's URL.
+JUDGE_KEY_ENV_ALLOW = env.list("JUDGE_KEY_ENV_ALLOW", default=[])
 # Cap on requests in flight per judge across all workers (judging/LIMITS.md):
 # redis://… for many machines; default: a redis broker if set, else lock files in var/.
 JUDGE_LIMITER_URL = env.str("JUDGE_LIMITER_URL", default="")
 # A running job whose heartbeat is older than this is considered dead (resumable).
 JUDGING_HEARTBEAT_STALE_S = env.int("JUDGING_HEARTBEAT_STALE_S", default=60)
-# Processes one judging job uses (its queries are shared out); request handling is
-# CPU-bound in Python, so high-concurrency judges want one per core.
-JUDGING_PROCESSES = env.int("JUDGING_PROCESSES", default=1)
+# Runners beat every JUDGING_HEARTBEAT_S and renew the leases of the windows whose
+# calls are in progress to JUDGING_LEASE_S: a window is re-claimed by another runner
+# only after its holder missed several beats (died or froze), never for a slow call.
+JUDGING_HEARTBEAT_S = env.float("JUDGING_HEARTBEAT_S", default=2.0)
+JUDGING_LEASE_S = env.float("JUDGING_LEASE_S", default=30.0)
+# Lane tasks one judging job fans out to (judging/tasks.py): each runs in one worker
+# process and all share the job's (query, stage) units. Request handling is CPU-bound
+# in Python, so set it to the worker processes you want on one job (e.g. one per core
+# across all machines); extra lanes find nothing to do and exit.
+JUDGING_LANES = env.int("JUDGING_LANES", default=2)
+# (query, stage) units one lane works on at once; each holds a database connection
+# (PostgreSQL's max_connections must cover lanes x this + web + other workers).
+JUDGING_UNIT_THREADS = env.int("JUDGING_UNIT_THREADS", default=16)
 # A running LLM panel run whose heartbeat is older than this is taken over on resume.
 PANELS_HEARTBEAT_STALE_S = env.int("PANELS_HEARTBEAT_STALE_S", default=60)
 

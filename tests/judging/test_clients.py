@@ -117,15 +117,15 @@ def test_retries_are_bounded(judge_server):
 def test_wrong_api_key_is_fatal_and_names_url_and_model(judge_server, monkeypatch):
     """401 stops the job with a message naming the URL and model; the right key works."""
     _server, url = judge_server(api_key="s3cret")
-    client = _client(url, model="big-judge", api_key_env="RCP_TEST_JUDGE_KEY")
+    client = _client(url, model="big-judge", api_key_env="RCP_JUDGE_KEY_TEST")
     with pytest.raises(FatalJudgeError) as caught:
         client.complete(*_window()[:1])
     message = str(caught.value)
     assert "401" in message and url in message and "big-judge" in message
-    assert "RCP_TEST_JUDGE_KEY" in message and caught.value.retries == 0
+    assert "RCP_JUDGE_KEY_TEST" in message and caught.value.retries == 0
 
-    monkeypatch.setenv("RCP_TEST_JUDGE_KEY", "s3cret")
-    client = _client(url, model="big-judge", api_key_env="RCP_TEST_JUDGE_KEY")
+    monkeypatch.setenv("RCP_JUDGE_KEY_TEST", "s3cret")
+    client = _client(url, model="big-judge", api_key_env="RCP_JUDGE_KEY_TEST")
     assert _parse("tournament", client.complete(*_window()[:1])).valid
 
 

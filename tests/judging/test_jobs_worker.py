@@ -1,6 +1,10 @@
-"""A judging job on a real Celery worker with Redis and PostgreSQL, killed with
-SIGKILL mid-job and resumed: nothing is lost, nothing is stored twice, and the judge
-is asked again only for the windows that were in flight.
+"""Judging jobs on real Celery workers with Redis and PostgreSQL.
+
+- Two worker processes share one job (its lane tasks); one is SIGKILLed mid-job and
+  the other finishes it alone, without a resume: nothing is lost, nothing is stored
+  twice, the judge is asked again only for windows in flight at the kill, and the
+  judge's concurrency holds across both workers.
+- The only worker is SIGKILLed mid-job and the job is resumed on a new one.
 
 Self-contained: the test makes its own PostgreSQL database and Redis db number and
 drives the platform through ``manage.py`` and ``celery`` subprocesses, as a user would.
@@ -29,7 +33,7 @@ REDIS_DB = int(os.environ.get("RCP_TEST_REDIS_DB", "13"))
 
 @pytest.fixture
 def stack(tmp_path):
-    name = f"rcp_e2e_{os.getpid()}"
+    name = f"{os.environ.get('RCP_TEST_DB_PREFIX', 'rcp_e2e')}_{os.getpid()}"
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {name}")
         conn.execute(f"CREATE DATABASE {name}")
@@ -40,7 +44,10 @@ def stack(tmp_path):
         "CELERY_BROKER_URL": tiers.redis_url(REDIS_DB),
         "JUDGE_LIMITER_URL": tiers.redis_url(REDIS_DB),
         "JUDGING_HEARTBEAT_STALE_S": "3",
-        "JUDGING_PROCESSES": "2",  # the job shares its queries with a helper process
+        # A dead worker's units and windows are taken over after this lease.
+        "JUDGING_LEASE_S": "3",
+        "JUDGING_HEARTBEAT_S": "0.5",
+        "JUDGING_LANES": "2",  # the job fans out to two lane tasks
         "RCP_VAR_DIR": str(tmp_path / "var"),
         "DEBUG": "true",
     }
@@ -177,3 +184,94 @@ def test_worker_killed_mid_job_then_resumed_loses_and_duplicates_nothing(stack):
     assert (
         stats["max_in_flight"] <= 2
     )  # the judge's concurrency held across both workers
+
+
+def _tiny_and_judge(stack, concurrency: int) -> None:
+    stack["manage"](
+        "import_dataset",
+        "--name",
+        "tiny",
+        "--corpus",
+        str(DEMO_TINY / "corpus.jsonl"),
+        "--queries",
+        str(DEMO_TINY / "queries.jsonl"),
+        "--pools",
+        str(DEMO_TINY / "pools.tsv"),
+    )
+    stack["manage"](
+        "add_judge",
+        "--name",
+        "sim",
+        "--base-url",
+        stack["url"],
+        "--model",
+        "sim-1",
+        "--concurrency",
+        str(concurrency),
+    )
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_two_workers_share_a_job_and_the_survivor_finishes_it(stack):
+    sql, server = stack["sql"], stack["server"]
+    _tiny_and_judge(stack, concurrency=3)
+    victim = stack["worker"]()
+    stack["worker"]()
+    stack["manage"]("judge", "--dataset", "tiny", "--judge", "sim")  # queued
+    job_id = sql("SELECT max(id) FROM judging_judgingjob")[0][0]
+
+    # Both workers are on the job: windows claimed by two lanes, some stored.
+    deadline = time.monotonic() + 90
+    while True:
+        lanes = sql(
+            "SELECT count(DISTINCT claim) FROM judging_judgmentwindow WHERE claim <> ''"
+        )[0][0]
+        done = sql("SELECT count(*) FROM judging_judgmentwindow WHERE status='done'")[
+            0
+        ][0]
+        if lanes >= 2 and done >= 12:
+            break
+        assert time.monotonic() < deadline, f"lanes {lanes}, done {done}"
+        time.sleep(0.05)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait()
+    in_flight_ids = {
+        r[0]
+        for r in sql("SELECT id FROM judging_judgmentwindow WHERE status='in_flight'")
+    }
+    assert (
+        sql(f"SELECT status FROM judging_judgingjob WHERE id={job_id}")[0][0]
+        == "running"
+    )
+
+    # No resume: the survivor takes over the dead lane's units when their leases end.
+    deadline = time.monotonic() + 180
+    while (
+        status := sql(f"SELECT status FROM judging_judgingjob WHERE id={job_id}")[0][0]
+    ) == "running":
+        assert time.monotonic() < deadline, "the surviving worker did not finish"
+        time.sleep(0.2)
+    assert status == "done"
+
+    rows = sql(
+        "SELECT id, query_id, stage, seq, status, valid, prompt_sha256, claim "
+        "FROM judging_judgmentwindow"
+    )
+    assert len(rows) == 60 == len({(q, s, n) for _, q, s, n, *_ in rows})
+    assert all(r[4] == "done" and r[5] for r in rows)
+    assert len({r[7] for r in rows}) >= 2  # both workers stored windows
+    stats = server.stats()
+    asked = Counter(stats["prompts"])
+    repeated = {h for h, n in asked.items() if n > 1}
+    in_flight_prompts = {r[6] for r in rows if r[0] in in_flight_ids}
+    # Only windows in flight at the kill were asked again, and at most once more.
+    assert repeated <= in_flight_prompts
+    assert all(asked[h] == 2 for h in repeated)
+    assert stats["chat_requests"] == 60 + len(repeated)
+    assert {r[6] for r in rows} == set(asked)  # each stored once, from its own prompt
+    assert stats["max_in_flight"] <= 3  # the judge's concurrency across both workers
+    units = sql(
+        f"SELECT status, count(*) FROM judging_judgingunit WHERE job_id={job_id} GROUP BY status"
+    )
+    assert dict(units) == {"done": 6}  # 3 queries x 2 stages
