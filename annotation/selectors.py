@@ -29,7 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import REVIEW_PERMISSION, can_read_benchmarks
 from benchmarks.models import (
     Dataset,
     Document,
@@ -59,25 +59,31 @@ ANNOTATE_PERMISSION = "annotation.annotate"
 
 
 def is_annotator(user: Any) -> bool:
-    """Active users holding ``annotation.annotate`` (the annotators group).
+    """Active users holding ``annotation.annotate`` (the annotators group) who cannot
+    read benchmark data.
 
-    The same answer as ``user.has_perm`` with Django's model backend, in one query
-    instead of two (it runs on every annotator request), remembered on the user.
+    Roles are exclusive (``services.annotator_role_check``): staff, superusers and
+    reviewers (``benchmarks.view_dataset``) are never annotators, even if granted the
+    permission after joining a study. One query for both permissions (it runs on every
+    annotator request), remembered on the user.
     """
     if not (user and user.is_authenticated and user.is_active):
         return False
-    if user.is_superuser:
-        return True
+    if user.is_superuser or user.is_staff:
+        return False
     cached = getattr(user, "_annotation_is_annotator", None)
     if cached is None:
         app_label, codename = ANNOTATE_PERMISSION.split(".")
-        cached = (
+        review_app, review_codename = REVIEW_PERMISSION.split(".")
+        held = set(
             Permission.objects.filter(
-                content_type__app_label=app_label, codename=codename
+                Q(content_type__app_label=app_label, codename=codename)
+                | Q(content_type__app_label=review_app, codename=review_codename)
             )
             .filter(Q(user=user) | Q(group__user=user))
-            .exists()
+            .values_list("codename", flat=True)
         )
+        cached = codename in held and review_codename not in held
         user._annotation_is_annotator = cached
     return cached
 

@@ -13,6 +13,7 @@ from .annotators import (
     annotator_deactivate,
     annotator_group_ensure,
     annotator_random_id_ensure,
+    annotator_role_check,
     annotators_import,
     study_member_add,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "annotator_group_ensure",
     "annotator_hash",
     "annotator_random_id_ensure",
+    "annotator_role_check",
     "annotators_import",
     "assignment_draft_save",
     "assignment_next",
