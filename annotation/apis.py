@@ -215,7 +215,9 @@ class StudyListApi(APIView):
     class StudyInput(PlanInput):
         name = serializers.CharField(max_length=200)
         per_contest = serializers.IntegerField(min_value=1, max_value=20, default=3)
-        lease_minutes = serializers.FloatField(min_value=0.05, default=30.0)
+        lease_minutes = serializers.FloatField(
+            min_value=0.05, max_value=services.MAX_LEASE_MINUTES, default=30.0
+        )
         collect_order = serializers.BooleanField(default=False)
         collect_comments = serializers.BooleanField(default=True)
         instructions = serializers.CharField(required=False, allow_blank=True)

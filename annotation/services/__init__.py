@@ -39,6 +39,7 @@ from .reports import (
 from .studies import (
     DEFAULT_INSTRUCTIONS,
     DEFAULT_QUESTIONS,
+    MAX_LEASE_MINUTES,
     METRIC_K,
     StudyPlan,
     rubric_create,
@@ -53,6 +54,7 @@ __all__ = [
     "ANNOTATORS_GROUP",
     "DEFAULT_INSTRUCTIONS",
     "DEFAULT_QUESTIONS",
+    "MAX_LEASE_MINUTES",
     "METRIC_K",
     "ImportedAnnotator",
     "StudyPlan",

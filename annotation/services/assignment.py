@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -25,6 +27,7 @@ from ..models import (
 
 MAX_COMMENT = 5000
 MAX_SECONDS = 24 * 3600.0
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _opaque_keys(n: int) -> list[str]:
@@ -219,20 +222,29 @@ def _validated_grades(
             missing[key] = gaps
         order = entry.get("order")
         if order is not None and (
-            isinstance(order, bool) or not isinstance(order, int) or order < 1
+            isinstance(order, bool)
+            or not isinstance(order, int)
+            or not 1 <= order <= len(doc_keys)
         ):
-            raise ApplicationError(f"grades[{key}].order must be a positive integer")
+            # Bounded by the documents (a position among them): a huge integer
+            # would overflow the column (OverflowError, DataError) at submit.
+            raise ApplicationError(
+                f"grades[{key}].order must be an integer from 1 to {len(doc_keys)}"
+            )
         comment = entry.get("comment")
         if comment is not None and not isinstance(comment, str):
             raise ApplicationError(f"grades[{key}].comment must be a string")
-        seconds = entry.get("seconds", 0) or 0
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise ApplicationError(f"grades[{key}].seconds must be a number")
+        if comment and _UNSTORABLE.search(comment):
+            # PostgreSQL stores neither (DataError); refused on every database.
+            raise ApplicationError(
+                f"grades[{key}].comment must not contain NUL characters or "
+                "unpaired surrogates"
+            )
         out[key] = {
             "answers": {q: answers.get(q) for q in questions if q in answers},
             "order": order,
             "comment": (comment or "")[:MAX_COMMENT] or None,
-            "seconds": round(min(max(float(seconds), 0.0), MAX_SECONDS), 2),
+            "seconds": _seconds(key, entry.get("seconds", 0) or 0),
         }
     if missing:
         raise ApplicationError(
@@ -240,6 +252,23 @@ def _validated_grades(
             extra={"missing": missing},
         )
     return out
+
+
+def _seconds(key: str, value: Any) -> float:
+    """Time spent on a document, clamped to [0, MAX_SECONDS]; ApplicationError for
+    non-numbers and for numbers no float holds (a 400-digit integer, 1e400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApplicationError(f"grades[{key}].seconds must be a number")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ApplicationError(
+            f"grades[{key}].seconds must be a finite number of seconds "
+            f"(0 to {MAX_SECONDS:g})"
+        )
+    return round(min(max(seconds, 0.0), MAX_SECONDS), 2)
 
 
 def grade_of(answers: Mapping[str, bool | None], questions: Sequence[str]) -> int:
@@ -266,11 +295,40 @@ def _retake(assignment: Assignment, now: Any) -> None:
             "your lease expired and the contest went to another annotator",
             extra={"reason": "lease_expired"},
         )
+    retaken = {
+        "status": AssignmentStatus.LEASED,
+        "slot": free[0],
+        "leased_at": now,
+        "expires_at": now + contest.study.lease_duration,
+    }
     Assignment.objects.filter(pk=assignment.pk, status=AssignmentStatus.EXPIRED).update(
-        status=AssignmentStatus.LEASED,
-        slot=free[0],
-        leased_at=now,
-        expires_at=now + contest.study.lease_duration,
+        **retaken
+    )
+    for field, value in retaken.items():
+        setattr(assignment, field, value)
+
+
+_MAX_ATTEMPTS = 4
+
+
+def _leased_again(assignment: Assignment, now: Any) -> bool:
+    """After a compare-and-set on LEASED missed: True if the assignment is submitted;
+    else make it leased again (``_retake``: ConflictError when its contest is full)
+    so the caller's next compare-and-set can succeed."""
+    assignment.refresh_from_db(fields=["status", "slot", "expires_at"])
+    if assignment.status == AssignmentStatus.SUBMITTED:
+        return True
+    if assignment.status == AssignmentStatus.EXPIRED:
+        _retake(assignment, now)
+    return False
+
+
+def _busy() -> ConflictError:
+    # Reached only if other requests reclaim the lease between every one of our
+    # attempts (leases of a few seconds under heavy load): a 409 to retry, not a 500.
+    return ConflictError(
+        "the assignment changed while saving; please try again",
+        extra={"reason": "busy"},
     )
 
 
@@ -286,19 +344,18 @@ def assignment_draft_save(*, assignment: Assignment, grades: Any) -> Assignment:
     _ensure_open(study)
     draft = {"grades": _validated_grades(assignment, grades, complete=False)}
     now = timezone.now()
-    for _attempt in range(2):
+    for _attempt in range(_MAX_ATTEMPTS):
         saved = Assignment.objects.filter(
             pk=assignment.pk, status=AssignmentStatus.LEASED
         ).update(draft=draft, draft_saved_at=now, expires_at=now + study.lease_duration)
         if saved:
             break
-        assignment.refresh_from_db()
-        if assignment.status == AssignmentStatus.SUBMITTED:
+        if _leased_again(assignment, now):
             raise ConflictError(
                 "this assignment is submitted already", extra={"reason": "submitted"}
             )
-        _retake(assignment, now)
-        assignment.refresh_from_db()
+    else:
+        raise _busy()
     assignment.draft = draft
     assignment.draft_saved_at = now
     assignment.expires_at = now + study.lease_duration
@@ -321,7 +378,7 @@ def assignment_submit(
     _ensure_open(study)
     clean = _validated_grades(assignment, grades, complete=True)
     now = timezone.now()
-    for _attempt in range(2):
+    for _attempt in range(_MAX_ATTEMPTS):
         flipped = Assignment.objects.filter(
             pk=assignment.pk, status=AssignmentStatus.LEASED
         ).update(
@@ -332,10 +389,13 @@ def assignment_submit(
         )
         if flipped:
             break
-        assignment.refresh_from_db()
-        if assignment.status == AssignmentStatus.SUBMITTED:
+        if _leased_again(assignment, now):
             return assignment, True
-        _retake(assignment, now)
+    else:
+        # Never write grades without having flipped the status ourselves: only the
+        # one request that flips may insert them (else a second flipper would hit
+        # the (assignment, document) unique constraint, an IntegrityError).
+        raise _busy()
     questions = assignment.rubric.keys
     rows = []
     for item in assignment.documents:
