@@ -405,44 +405,84 @@ def _live_count(now: datetime) -> Coalesce:
     return Coalesce(Subquery(live_count, output_field=IntegerField()), 0)
 
 
+def annotator_progress_subqueries(
+    *, annotator: Any, now: datetime, study_ref: Any, per_contest_ref: Any
+) -> dict[str, Coalesce]:
+    """The annotator's progress as two scalar subqueries, for annotating a query
+    whose rows name a study (``study_ref``/``per_contest_ref``: OuterRefs to its id
+    and N): ``contests_done`` (contests they submitted) and ``contests_left``
+    (contests with fewer than N live assignments, never theirs). The one definition,
+    used by ``annotator_progress`` and by ``assignment_next``'s membership query."""
+    done = (
+        Assignment.objects.filter(
+            contest__study_id=study_ref,
+            annotator=annotator,
+            status=AssignmentStatus.SUBMITTED,
+        )
+        .order_by()
+        .values("annotator")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    had = Assignment.objects.filter(contest=OuterRef("pk"), annotator=annotator)
+    left = (
+        Contest.objects.filter(study_id=study_ref)
+        .filter(~Exists(had))
+        .annotate(n_live=_live_count(now))
+        .filter(n_live__lt=per_contest_ref)
+        .order_by()
+        .values("study")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return {
+        "contests_done": Coalesce(Subquery(done, output_field=IntegerField()), 0),
+        "contests_left": Coalesce(Subquery(left, output_field=IntegerField()), 0),
+    }
+
+
 def annotator_progress(
     *, study: Study, annotator: Any, now: datetime | None = None
 ) -> dict[str, int]:
     """The annotator's own progress, in one query: contests they submitted, and
     contests still open to them (fewer than N live assignments, never theirs)."""
     now = now or timezone.now()
-    mine = Assignment.objects.filter(contest=OuterRef("pk"), annotator=annotator)
-    counts = (
-        Contest.objects.filter(study=study)
-        .annotate(
-            n_live=_live_count(now),
-            had=Exists(mine),
-            done=Exists(mine.filter(status=AssignmentStatus.SUBMITTED)),
-        )
-        .aggregate(
-            contests_done=Count("pk", filter=Q(done=True)),
-            contests_left=Count(
-                "pk", filter=Q(had=False, n_live__lt=study.per_contest)
-            ),
-        )
+    exprs = annotator_progress_subqueries(
+        annotator=annotator,
+        now=now,
+        study_ref=OuterRef("pk"),
+        per_contest_ref=OuterRef("per_contest"),
     )
+    row = Study.objects.filter(pk=study.pk).annotate(**exprs).values(*exprs).get()
     return {
-        "contests_done": counts["contests_done"],
-        "contests_left": counts["contests_left"],
+        "contests_done": row["contests_done"],
+        "contests_left": row["contests_left"],
     }
 
 
 def assignment_payload(
-    *, assignment: Assignment, with_draft: bool = False
+    *,
+    assignment: Assignment,
+    with_draft: bool = False,
+    progress: dict[str, int] | None = None,
+    texts: dict[int, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """What a blind annotator sees of one assignment, and nothing more.
 
     Documents in the assignment's shuffled order under opaque keys; no system, rank,
     list membership, external id, qrel, gain or metric ever enters this dict.
+    ``progress`` and ``texts`` (document id -> (title, text)), when the caller read
+    them already (``services.assignment_next_for``), save their queries.
     """
     contest = assignment.contest
     study = contest.study
-    documents = Document.objects.in_bulk([d["document"] for d in assignment.documents])
+    if texts is None:
+        texts = {
+            pk: (title, text)
+            for pk, title, text in Document.objects.filter(
+                pk__in=[d["document"] for d in assignment.documents]
+            ).values_list("pk", "title", "text")
+        }
     payload: dict[str, Any] = {
         "assignment": assignment.pk,
         "status": assignment.status,
@@ -454,8 +494,8 @@ def assignment_payload(
         "documents": [
             {
                 "key": d["key"],
-                "title": documents[d["document"]].title,
-                "text": documents[d["document"]].text,
+                "title": texts[d["document"]][0],
+                "text": texts[d["document"]][1],
             }
             for d in assignment.documents
         ],
@@ -466,7 +506,10 @@ def assignment_payload(
         "expires_at": assignment.expires_at,
         "progress": {
             "documents": len(assignment.documents),
-            **annotator_progress(study=study, annotator=assignment.annotator),
+            **(
+                progress
+                or annotator_progress(study=study, annotator=assignment.annotator)
+            ),
         },
     }
     if with_draft:

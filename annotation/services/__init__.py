@@ -18,8 +18,10 @@ from .annotators import (
     study_member_add,
 )
 from .assignment import (
+    NextLease,
     assignment_draft_save,
     assignment_next,
+    assignment_next_for,
     assignment_submit,
     grade_of,
 )
@@ -57,6 +59,7 @@ __all__ = [
     "MAX_LEASE_MINUTES",
     "METRIC_K",
     "ImportedAnnotator",
+    "NextLease",
     "StudyPlan",
     "annotator_activate",
     "annotator_create",
@@ -68,6 +71,7 @@ __all__ = [
     "annotators_import",
     "assignment_draft_save",
     "assignment_next",
+    "assignment_next_for",
     "assignment_submit",
     "grade_of",
     "release_build",

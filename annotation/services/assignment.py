@@ -6,9 +6,11 @@ import math
 import re
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import JSONField, OuterRef, Subquery
 from django.utils import timezone
 
 from rcp_platform.exceptions import ApplicationError, ConflictError, NotFoundError
@@ -20,6 +22,7 @@ from ..models import (
     Contest,
     ContestDocument,
     Grade,
+    Rubric,
     Study,
     StudyMember,
     StudyStatus,
@@ -69,21 +72,25 @@ def _reclaim_and_free_slots(contest: Contest, now: Any) -> list[int]:
     return [s for s in range(1, contest.study.per_contest + 1) if s not in held]
 
 
-def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
+def _lease(
+    contest: Contest, annotator: Any, slot: int, now: Any, rubric: Rubric
+) -> tuple[Assignment, dict[int, tuple[str, str]]]:
+    """Insert the lease; returns it with its documents' (title, text) by id, read in
+    the same query as the contest's document list (the payload needs them next)."""
     study = contest.study
-    docs = list(
+    rows = list(
         ContestDocument.objects.filter(contest=contest)
         .order_by("id")
-        .values_list("document_id", flat=True)
+        .values_list("document_id", "document__title", "document__text")
     )
     seed = secrets.randbits(62)
-    order = sampling.shuffled(docs, seed)
+    order = sampling.shuffled([d for d, _title, _text in rows], seed)
     assignment = Assignment(
         contest=contest,
         annotator=annotator,
         slot=slot,
         status=AssignmentStatus.LEASED,
-        rubric=selectors.rubric_current(study=study),
+        rubric=rubric,
         seed=seed,
         documents=[
             {"key": k, "document": d}
@@ -100,7 +107,7 @@ def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
         validate_constraints=False,
     )
     assignment.save()
-    return assignment
+    return assignment, {d: (title, text) for d, title, text in rows}
 
 
 def _ensure_open(study: Study) -> None:
@@ -108,29 +115,72 @@ def _ensure_open(study: Study) -> None:
         raise ConflictError(f"study is {study.status}", extra={"status": study.status})
 
 
+@dataclass(frozen=True)
+class NextLease:
+    """``assignment_next_for``'s answer: the lease, the annotator's progress counting
+    it, and (for a new lease) its documents' (title, text) by id, so the payload
+    needs no further query."""
+
+    assignment: Assignment
+    progress: dict[str, int]
+    texts: dict[int, tuple[str, str]] | None
+
+
 @transaction.atomic
-def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
-    """Give the annotator a contest of ``study``: theirs in progress, else a new one.
+def assignment_next_for(*, study_id: int, annotator: Any) -> NextLease | None:
+    """Give the annotator a contest of study ``study_id``: theirs in progress, else a
+    new one; None when nothing is left for them.
 
     A new contest has fewer than N live assignments and was never this annotator's.
     Row locks (PostgreSQL): the annotator's membership row serialises their own
     requests; each candidate contest row is taken FOR UPDATE SKIP LOCKED, then its
-    slots are recounted under the lock. None when nothing is left for them.
+    slots are recounted under the lock. NotFoundError unless an active member of an
+    open or closed study; ConflictError unless open. The membership lock also reads
+    the study and its current rubric; the progress rides on the lease's own query
+    (see ASSIGNMENT.md, "Queries").
     """
+    now = timezone.now()
+    current_rubric = Rubric.objects.filter(study_id=OuterRef("study_id")).order_by(
+        "-version"
+    )
     member = (
-        StudyMember.objects.select_for_update()
-        .filter(study=study, annotator=annotator, active=True)
+        StudyMember.objects.select_for_update(of=("self",))
+        .select_related("study")
+        .filter(
+            study_id=study_id,
+            annotator=annotator,
+            active=True,
+            study__status__in=[StudyStatus.OPEN, StudyStatus.CLOSED],
+        )
+        .annotate(
+            # The current rubric rides along (its rows never change).
+            rubric_id=Subquery(current_rubric.values("pk")[:1]),
+            rubric_version=Subquery(current_rubric.values("version")[:1]),
+            rubric_questions=Subquery(
+                current_rubric.values("questions")[:1], output_field=JSONField()
+            ),
+        )
         .first()
     )
     if member is None:
         raise NotFoundError("study not found")
+    study = member.study
     _ensure_open(study)
-    now = timezone.now()
+    # Read after the lock, in statements of their own: a request that waited for the
+    # lock must see the lease its predecessor just committed (values computed inside
+    # the locking statement would come from before the wait).
+    progress = selectors.annotator_progress_subqueries(
+        annotator=annotator,
+        now=now,
+        study_ref=study.pk,
+        per_contest_ref=study.per_contest,
+    )
     own = (
         Assignment.objects.filter(
             contest__study=study, annotator=annotator, status=AssignmentStatus.LEASED
         )
         .select_related("contest__query", "rubric")
+        .annotate(**progress)
         .order_by("-leased_at")
         .first()
     )
@@ -144,12 +194,22 @@ def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
             own.expires_at = expires_at
             own.contest.study = study
             own.annotator = annotator
-            return own
+            return NextLease(own, _progress_of(own, leased=False), None)
+    if member.rubric_id is None:
+        raise NotFoundError(f"study {study.pk} has no rubric")
+    rubric = Rubric(
+        pk=member.rubric_id,
+        study=study,
+        version=member.rubric_version,
+        questions=member.rubric_questions,
+    )
     tried: list[int] = []
     while True:
-        candidates = selectors.contests_open_to(
-            study=study, annotator=annotator, now=now
-        ).exclude(pk__in=tried)
+        candidates = (
+            selectors.contests_open_to(study=study, annotator=annotator, now=now)
+            .exclude(pk__in=tried)
+            .annotate(**progress)
+        )
         try:
             # One savepoint per attempt: rolling it back releases the row lock of a
             # contest found full, so a request never sits on locks it does not use.
@@ -174,9 +234,28 @@ def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
                 free = _reclaim_and_free_slots(contest, now)
                 if not free:
                     raise _ContestFull
-                return _lease(contest, annotator, free[0], now)
+                assignment, texts = _lease(contest, annotator, free[0], now, rubric)
         except _ContestFull:
             continue
+        return NextLease(assignment, _progress_of(contest, leased=True), texts)
+
+
+def _progress_of(row: Any, *, leased: bool) -> dict[str, int]:
+    """The progress annotated on ``row``; a contest leased by this request was still
+    counted among those left when it was read."""
+    left = row.contests_left - 1 if leased else row.contests_left
+    return {"contests_done": row.contests_done, "contests_left": max(left, 0)}
+
+
+def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
+    """``assignment_next_for`` by study object, returning just the assignment (its
+    ``contest.study`` is the caller's object, as callers that change the study
+    in memory expect)."""
+    lease = assignment_next_for(study_id=study.pk, annotator=annotator)
+    if lease is None:
+        return None
+    lease.assignment.contest.study = study
+    return lease.assignment
 
 
 class _ContestFull(Exception):
