@@ -189,7 +189,8 @@ async def _annotator(addr, token, study_id, deadline, think, stats, rng) -> None
 async def _warm_up(addr: tuple[str, int], token: str, n: int) -> None:
     for _ in range(2):
         await asyncio.gather(
-            *(_request(*addr, "GET", "/login/", token) for _ in range(n))
+            # A 404 after token authentication: opens each worker's connection.
+            *(_request(*addr, "GET", "/api/v1/assignments/0", token) for _ in range(n))
         )
 
 
@@ -214,6 +215,52 @@ async def _load(addr, tokens, study_id, duration, think) -> dict:
     )
     stats["elapsed"] = time.perf_counter() - started
     return stats
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of processes (Linux /proc; 0 for vanished ones)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out.append(int(entry))
+    return out
+
+
+def _pg_backends(server: str, name: str) -> list[int]:
+    import psycopg
+
+    parts = urlsplit(server)
+    with psycopg.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5432,
+        user=parts.username or "postgres",
+        password=parts.password,
+        dbname="postgres",
+        autocommit=True,
+    ) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
+        ).fetchall()
+    return [pid for (pid,) in rows]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -302,6 +349,17 @@ def _report(label: str, think_ms: float, stats: dict) -> None:
         f"{requests / elapsed:.1f} requests/s over {elapsed:.1f} s"
         + (f"; {len(stats['errors'])} errors" if stats["errors"] else "")
     )
+    cpu = stats.get("cpu")
+    if cpu and requests:
+        per = {k: v / requests * 1000 for k, v in cpu.items()}
+        total = sum(per.values())
+        print(
+            f"CPU per request: {total:.1f} ms (gunicorn {per['gunicorn']:.1f}, "
+            f"PostgreSQL {per['postgres']:.1f}, client {per['client']:.1f}); "
+            f"{os.cpu_count()} idle CPUs would serve about "
+            f"{os.cpu_count() * 1000 / total:.0f} requests/s "
+            f"({os.cpu_count() * 1000 / (total - per['client']):.0f} without the client)"
+        )
     for error in stats["errors"][:5]:
         print("  error:", error)
 
@@ -384,9 +442,27 @@ def main() -> int:
         # figures measure steady state, not the workers' first requests.
         asyncio.run(_warm_up(addr, tokens[0], args.workers * 4))
         for label, think_ms, duration in phases:
+            # CPU time per request is what the machine's load does not change much:
+            # measured for gunicorn (master and workers), the PostgreSQL backends of
+            # the benchmark database (persistent connections) and this client.
+            server_pids = [gunicorn.pid, *_children(gunicorn.pid)]
+            backends = _pg_backends(server, name)
+            before = (
+                _cpu_seconds(server_pids),
+                _cpu_seconds(backends),
+                time.process_time(),
+            )
             stats = asyncio.run(
                 _load(addr, tokens, study_id, duration, think_ms / 1000)
             )
+            new_backends = [p for p in _pg_backends(server, name) if p not in backends]
+            stats["cpu"] = {
+                "gunicorn": _cpu_seconds(server_pids) - before[0],
+                "postgres": _cpu_seconds(backends)
+                - before[1]
+                + _cpu_seconds(new_backends),
+                "client": time.process_time() - before[2],
+            }
             results.append((label, think_ms, stats))
     finally:
         if gunicorn is not None:

@@ -166,21 +166,14 @@ def assignment_next_for(*, study_id: int, annotator: Any) -> NextLease | None:
         raise NotFoundError("study not found")
     study = member.study
     _ensure_open(study)
-    # Read after the lock, in statements of their own: a request that waited for the
+    # Read after the lock, in a statement of its own: a request that waited for the
     # lock must see the lease its predecessor just committed (values computed inside
     # the locking statement would come from before the wait).
-    progress = selectors.annotator_progress_subqueries(
-        annotator=annotator,
-        now=now,
-        study_ref=study.pk,
-        per_contest_ref=study.per_contest,
-    )
     own = (
         Assignment.objects.filter(
             contest__study=study, annotator=annotator, status=AssignmentStatus.LEASED
         )
         .select_related("contest__query", "rubric")
-        .annotate(**progress)
         .order_by("-leased_at")
         .first()
     )
@@ -194,7 +187,10 @@ def assignment_next_for(*, study_id: int, annotator: Any) -> NextLease | None:
             own.expires_at = expires_at
             own.contest.study = study
             own.annotator = annotator
-            return NextLease(own, _progress_of(own, leased=False), None)
+            progress = selectors.annotator_progress(
+                study=study, annotator=annotator, now=now
+            )
+            return NextLease(own, progress, None)
     if member.rubric_id is None:
         raise NotFoundError(f"study {study.pk} has no rubric")
     rubric = Rubric(
@@ -205,46 +201,33 @@ def assignment_next_for(*, study_id: int, annotator: Any) -> NextLease | None:
     )
     tried: list[int] = []
     while True:
-        candidates = (
-            selectors.contests_open_to(study=study, annotator=annotator, now=now)
-            .exclude(pk__in=tried)
-            .annotate(**progress)
-        )
+        open_to = {"study": study, "annotator": annotator, "now": now, "exclude": tried}
         try:
             # One savepoint per attempt: rolling it back releases the row lock of a
             # contest found full, so a request never sits on locks it does not use.
             with transaction.atomic():
-                contest = (
-                    candidates.select_for_update(skip_locked=True, of=("self",))
-                    .select_related("query")
-                    .first()
-                )
+                contest = selectors.contest_lock_open_to(**open_to)
                 if contest is None:
                     # Every remaining candidate may be locked by a request that will
                     # leave room: wait for the first rather than say "nothing left".
-                    contest = (
-                        candidates.select_for_update(of=("self",))
-                        .select_related("query")
-                        .first()
-                    )
+                    contest = selectors.contest_lock_open_to(**open_to, wait=True)
                     if contest is None:
                         return None
                 tried.append(contest.pk)
-                contest.study = study
                 free = _reclaim_and_free_slots(contest, now)
                 if not free:
                     raise _ContestFull
                 assignment, texts = _lease(contest, annotator, free[0], now, rubric)
         except _ContestFull:
             continue
-        return NextLease(assignment, _progress_of(contest, leased=True), texts)
+        return NextLease(assignment, _progress_of(contest), texts)
 
 
-def _progress_of(row: Any, *, leased: bool) -> dict[str, int]:
-    """The progress annotated on ``row``; a contest leased by this request was still
-    counted among those left when it was read."""
-    left = row.contests_left - 1 if leased else row.contests_left
-    return {"contests_done": row.contests_done, "contests_left": max(left, 0)}
+def _progress_of(contest: Any) -> dict[str, int]:
+    """The progress read with the contest this request leased (it was still counted
+    among those left then)."""
+    left = max(contest.contests_left - 1, 0)
+    return {"contests_done": contest.contests_done, "contests_left": left}
 
 
 def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:

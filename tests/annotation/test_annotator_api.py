@@ -210,10 +210,11 @@ def _statements(captured) -> list[str]:
 def test_next_and_submit_run_in_a_handful_of_queries(study, members):
     """With token authentication (external tools, the load benchmark): a new lease
     takes 8 statements (token, permission, membership lock reading the study and its
-    rubric, lease in progress, candidate contest lock with the progress, its slots,
-    its documents with their text, insert), a resumed one 6 (the lease in progress
-    carries the progress; renewal; document texts), a submit 5 (token, permission,
-    assignment, status flip, grades). Was 12 for a new lease, 10 resumed."""
+    rubric, lease in progress, candidate contest lock with its query and the
+    progress, its slots, its documents with their text, insert), a resumed one 7
+    (lease in progress, renewal, progress, document texts), a submit 5 (token,
+    permission, assignment, status flip, grades). Was 12 for a new lease, 8
+    resumed, and the ORM compiled ~4 ms per nested subquery on every request."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
     from rest_framework.authtoken.models import Token
@@ -230,7 +231,7 @@ def test_next_and_submit_run_in_a_handful_of_queries(study, members):
         response = api.post(url, {"grades": full_grades(body)}, format="json")
     assert response.status_code == 200
     assert len(_statements(new)) == 8, _statements(new)
-    assert len(_statements(resumed)) == 6, _statements(resumed)
+    assert len(_statements(resumed)) == 7, _statements(resumed)
     assert len(_statements(submit)) == 5, _statements(submit)
     assert body["progress"] == {"documents": len(body["documents"]),
                                 "contests_done": 0, "contests_left": 5}  # fmt: skip
@@ -248,7 +249,7 @@ def test_next_runs_in_bounded_queries(
     client = api_client_for(members[0])
     with django_assert_max_num_queries(11):
         assert _next(client, study).status_code == 201
-    with django_assert_max_num_queries(7):
+    with django_assert_max_num_queries(8):
         assert _next(client, study).status_code == 201
 
 
