@@ -390,10 +390,13 @@ _NEVER_HAD_SQL = (
 _OPEN_TO_SQL = (
     f"c.study_id = %(study)s AND {_NEVER_HAD_SQL} AND {_LIVE_SQL} < %(per_contest)s"
 )
-_PROGRESS_SQL = (
+_DONE_SQL = (
     f"(SELECT COUNT(*) FROM {_A} a JOIN {_C} s ON s.id = a.contest_id "
     "WHERE s.study_id = %(study)s AND a.annotator_id = %(annotator)s "
-    "AND a.status = %(submitted)s) AS contests_done, "
+    "AND a.status = %(submitted)s)"
+)
+_PROGRESS_SQL = (
+    f"{_DONE_SQL} AS contests_done, "
     f"(SELECT COUNT(*) FROM {_C} c WHERE {_OPEN_TO_SQL}) AS contests_left"
 )
 
@@ -439,10 +442,16 @@ def contest_lock_open_to(
             lock += " OF c"
         if not wait and connection.features.has_select_for_update_skip_locked:
             lock += " SKIP LOCKED"
+    # The open contests are read once (a CTE): both the pick and the progress's
+    # "left" count come from them.
     sql = (
-        f"SELECT c.id, c.position, c.query_id, q.text, {_LIVE_SQL} AS n_live, "
-        f"{_PROGRESS_SQL} FROM {_C} c JOIN {_Q} q ON q.id = c.query_id "
-        f"WHERE {_OPEN_TO_SQL}{skip} ORDER BY n_live DESC, c.position ASC "
+        f"WITH open_to AS (SELECT c.id, {_LIVE_SQL} AS n_live FROM {_C} c "
+        f"WHERE {_OPEN_TO_SQL}) "
+        "SELECT c.id, c.position, c.query_id, q.text, o.n_live, "
+        f"{_DONE_SQL} AS contests_done, "
+        "(SELECT COUNT(*) FROM open_to) AS contests_left "
+        f"FROM open_to o JOIN {_C} c ON c.id = o.id JOIN {_Q} q ON q.id = c.query_id"
+        f"{skip.replace(' AND', ' WHERE', 1)} ORDER BY o.n_live DESC, c.position ASC "
         f"LIMIT 1{lock}"
     )
     with connection.cursor() as cursor:

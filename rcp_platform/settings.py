@@ -173,9 +173,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Persistent connections: opening one per request (the default) cost PostgreSQL
     # a backend process per API call and capped the annotation API's throughput.
-    # Health-checked before reuse; DB_CONN_MAX_AGE=0 restores one per request.
+    # DB_CONN_MAX_AGE=0 restores one per request. Health checks cost a round trip
+    # per request; without them a connection broken by a database restart fails
+    # one request per process, then is replaced.
     DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
+        "DB_CONN_HEALTH_CHECKS", default=False
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ---------------------------------------------------------------------------- CACHE
