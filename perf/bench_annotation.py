@@ -1,7 +1,7 @@
 """Benchmark: concurrent annotators over HTTP against gunicorn + PostgreSQL.
 
     .venv/bin/python perf/bench_annotation.py [--annotators 50] [--contests 600]
-        [--workers 5] [--think-ms 0] [--duration 30] [--db-prefix rcp_bench_]
+        [--workers 3] [--think-ms 0] [--duration 30] [--db-prefix rcp_bench_]
         [--pg postgres://postgres@127.0.0.1:5432]
 
 Creates a throw-away database on the PostgreSQL server, migrates it, seeds a study
@@ -217,18 +217,23 @@ async def _load(addr, tokens, study_id, duration, think) -> dict:
     return stats
 
 
-def _cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds of processes (Linux /proc; 0 for vanished ones)."""
+def _cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds by process (Linux /proc; vanished ones left out)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    out = {}
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / tick
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def _cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two readings (processes new since count whole)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
 
 
 def _children(pid: int) -> list[int]:
@@ -368,7 +373,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--annotators", type=int, default=50)
     parser.add_argument("--contests", type=int, default=600)
-    parser.add_argument("--workers", type=int, default=5, help="gunicorn workers")
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument(
         "--think-ms", type=float, default=0.0, help="> 0 adds a paced phase first"
     )
@@ -399,6 +404,9 @@ def main() -> int:
         "DJANGO_SETTINGS_MODULE": "rcp_platform.settings",
         "LOG_LEVEL": "ERROR",
         "PYTHONWARNINGS": "ignore::UserWarning",  # whitenoise: no collected static
+        # Workers keep their connection for the whole run, so the CPU of the
+        # PostgreSQL backends is read from the same processes before and after.
+        "DB_CONN_MAX_AGE": "3600",
     }
     os.environ.update(env)
     gunicorn = None
@@ -446,21 +454,19 @@ def main() -> int:
             # measured for gunicorn (master and workers), the PostgreSQL backends of
             # the benchmark database (persistent connections) and this client.
             server_pids = [gunicorn.pid, *_children(gunicorn.pid)]
-            backends = _pg_backends(server, name)
             before = (
                 _cpu_seconds(server_pids),
-                _cpu_seconds(backends),
+                _cpu_seconds(_pg_backends(server, name)),
                 time.process_time(),
             )
             stats = asyncio.run(
                 _load(addr, tokens, study_id, duration, think_ms / 1000)
             )
-            new_backends = [p for p in _pg_backends(server, name) if p not in backends]
             stats["cpu"] = {
-                "gunicorn": _cpu_seconds(server_pids) - before[0],
-                "postgres": _cpu_seconds(backends)
-                - before[1]
-                + _cpu_seconds(new_backends),
+                "gunicorn": _cpu_used(before[0], _cpu_seconds(server_pids)),
+                "postgres": _cpu_used(
+                    before[1], _cpu_seconds(_pg_backends(server, name))
+                ),
                 "client": time.process_time() - before[2],
             }
             results.append((label, think_ms, stats))
