@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import re
 import secrets
 from collections.abc import Mapping, Sequence
@@ -13,6 +14,7 @@ from django.db import transaction
 from django.db.models import JSONField, OuterRef, Subquery
 from django.utils import timezone
 
+from benchmarks.models import Document
 from rcp_platform.exceptions import ApplicationError, ConflictError, NotFoundError
 
 from .. import sampling, selectors
@@ -21,6 +23,8 @@ from ..models import (
     AssignmentStatus,
     Contest,
     ContestDocument,
+    GoldAnswer,
+    GoldItem,
     Grade,
     Rubric,
     Study,
@@ -85,6 +89,9 @@ def _lease(
     )
     seed = secrets.randbits(62)
     order = sampling.shuffled([d for d, _title, _text in rows], seed)
+    entries: list[dict[str, Any]] = [{"document": d} for d in order]
+    if study.gold_rate > 0:
+        entries = _with_gold(contest, entries, seed)
     assignment = Assignment(
         contest=contest,
         annotator=annotator,
@@ -93,8 +100,8 @@ def _lease(
         rubric=rubric,
         seed=seed,
         documents=[
-            {"key": k, "document": d}
-            for k, d in zip(_opaque_keys(len(order)), order, strict=True)
+            {"key": k, **entry}
+            for k, entry in zip(_opaque_keys(len(entries)), entries, strict=True)
         ],
         leased_at=now,
         expires_at=now + study.lease_duration,
@@ -107,7 +114,44 @@ def _lease(
         validate_constraints=False,
     )
     assignment.save()
-    return assignment, {d: (title, text) for d, title, text in rows}
+    texts = {d: (title, text) for d, title, text in rows}
+    gold = [e["document"] for e in entries if e["document"] not in texts]
+    if gold:  # a gold document is not among the contest's: one more read
+        texts.update(
+            (d, (title, text))
+            for d, title, text in Document.objects.filter(pk__in=gold).values_list(
+                "pk", "title", "text"
+            )
+        )
+    return assignment, texts
+
+
+def _with_gold(
+    contest: Contest, entries: list[dict[str, Any]], seed: int
+) -> list[dict[str, Any]]:
+    """With probability ``gold_rate``, one gold document of the contest's query at
+    a random place among the contest's documents. The entry carries its GoldItem id
+    (``"gold"``), which never leaves the server (``assignment_payload`` sends keys,
+    titles and texts only): the annotator cannot tell it apart."""
+    rng = random.Random(seed)  # noqa: S311 - a display choice, not a secret
+    if rng.random() >= contest.study.gold_rate:
+        return entries
+    shown = {e["document"] for e in entries}
+    items = [
+        (pk, doc)
+        for pk, doc in GoldItem.objects.filter(
+            study_id=contest.study_id, query_id=contest.query_id
+        )
+        .order_by("pk")
+        .values_list("pk", "document_id")
+        if doc not in shown
+    ]
+    if not items:
+        return entries
+    pk, doc = rng.choice(items)
+    out = list(entries)
+    out.insert(rng.randrange(len(out) + 1), {"document": doc, "gold": pk})
+    return out
 
 
 def _ensure_open(study: Study) -> None:
@@ -342,8 +386,13 @@ def _retake(assignment: Assignment, now: Any) -> None:
     """Give a reclaimed (expired) assignment its contest back if a slot is free.
 
     Locks the contest first (same order as ``assignment_next``). ConflictError when
-    the contest went to someone else meanwhile.
+    the contest went to someone else meanwhile, or when the assignment was
+    invalidated (its annotator was excluded): that never takes a slot again.
     """
+    if not assignment.valid:
+        raise ConflictError(
+            "you no longer take part in this study", extra={"reason": "excluded"}
+        )
     contest = Contest.objects.select_for_update(of=("self",)).get(
         pk=assignment.contest_id
     )
@@ -460,8 +509,21 @@ def assignment_submit(
         raise _busy()
     questions = assignment.rubric.keys
     rows = []
+    gold = []
     for item in assignment.documents:
         entry = clean[item["key"]]
+        if item.get("gold"):
+            # A gold document: checked against its expected grade, never a Grade.
+            gold.append(
+                GoldAnswer(
+                    assignment=assignment,
+                    item_id=item["gold"],
+                    answers=entry["answers"],
+                    grade=grade_of(entry["answers"], questions),
+                    seconds=entry["seconds"],
+                )
+            )
+            continue
         grade = Grade(
             assignment=assignment,
             document_id=item["document"],
@@ -479,6 +541,8 @@ def assignment_submit(
         )
         rows.append(grade)
     Grade.objects.bulk_create(rows)
+    if gold:
+        GoldAnswer.objects.bulk_create(gold)
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.submitted_at = now
     assignment.draft = {"grades": clean}

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 from collections import defaultdict
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,10 @@ def study_tables(
 ) -> Tables:
     """The release tables of a study, from submitted assignments only (read-only).
 
+    A review is valid unless its annotator was excluded (``Assignment.valid``);
+    invalid reviews stay in the tables, marked (``reviews.valid`` and
+    ``grades.valid_review``), so readers can redo the analysis either way.
+
     Contests carry both lists, the displayed union and design metrics; documents
     the fit's gains/abilities and the qrels; grades the raw answers, grade, within-
     grade order and seconds. ``reviews``/``verdicts`` and the shown margins come from
@@ -155,6 +160,7 @@ def study_tables(
         keys |= {(c.query_id, e.document_id) for e in shown}
     documents = _document_rows(study, keys, include_text)
     grades = []
+    valid: dict[tuple[int, str], bool] = {}
     position = {c.pk: c.position for c in contests}
     for g in Grade.objects.filter(
         assignment__contest__study=study,
@@ -168,8 +174,10 @@ def study_tables(
         "grade",
         "order",
         "seconds",
+        "assignment__valid",
     ):
-        contest_id, doc, user_id, version, answers, grade, order, seconds = g
+        contest_id, doc, user_id, version, answers, grade, order, seconds, ok = g
+        valid[position[contest_id], pseudonyms[user_id]] = ok
         grades.append(
             {
                 "contest_id": position[contest_id],
@@ -180,6 +188,7 @@ def study_tables(
                 "grade": grade,
                 "order": order,
                 "seconds": float(seconds),
+                "valid_review": ok,
             }
         )
     grades.sort(key=lambda r: (r["contest_id"], r["annotator"], r["doc_id"]))
@@ -191,7 +200,7 @@ def study_tables(
         "documents": documents,
         "grades": grades,
         "reviews": [
-            {"contest_id": c, "annotator": a, "pick": None, "valid": True}
+            {"contest_id": c, "annotator": a, "pick": None, "valid": valid[c, a]}
             for c, a in reviews
         ],
         "verdicts": [],
@@ -269,7 +278,7 @@ def tables_subset(tables: Tables, *, exclude_systems: Collection[str] = ()) -> T
 
 
 def analysis_inputs(
-    tables: Tables, *, k: int
+    tables: Tables, *, k: int, severity: bool = False
 ) -> tuple[list[Contest], list[Annotation], StudyConfig]:
     """Release tables -> (contests, annotations, config) for ``study_report``.
 
@@ -317,21 +326,55 @@ def analysis_inputs(
         )
         for (contest_id, annotator), rows in sorted(by_review.items())
     ]
-    return contests, annotations, StudyConfig(k=k)
+    return contests, annotations, StudyConfig(k=k, severity=severity)
 
 
 def tables_report(
-    tables: Tables, *, k: int, exclude_systems: Collection[str] = ()
+    tables: Tables,
+    *,
+    k: int,
+    exclude_systems: Collection[str] = (),
+    severity: bool = False,
 ) -> dict[str, Any]:
-    """``study_report`` of (a subset of) release tables, with the subset recorded."""
+    """``study_report`` of (a subset of) release tables, with the subset recorded.
+
+    When some reviews are invalid (excluded annotators) the report is over the valid
+    ones, and ``with_excluded`` holds the main results counting every review, so
+    the effect of the exclusion is shown beside (``excluded_annotators`` names them).
+    """
     subset = tables_subset(tables, exclude_systems=exclude_systems)
-    contests, annotations, config = analysis_inputs(subset, k=k)
+    contests, annotations, config = analysis_inputs(subset, k=k, severity=severity)
     try:
         report = study_report(contests, annotations, config=config)
+        invalid = [a for a in annotations if not a.valid]
+        if invalid:
+            everyone = [replace(a, valid=True) for a in annotations]
+            report["with_excluded"] = _main_results(
+                study_report(contests, everyone, config=replace(config, severity=False))
+            )
+            report["excluded_annotators"] = sorted({a.annotator for a in invalid})
     except ValueError as exc:
         raise ApplicationError(f"cannot analyse this study: {exc}") from exc
     report["subset"] = {"exclude_systems": sorted(exclude_systems)}
     return report
+
+
+# The headline figures shown side by side with and without excluded annotators.
+MAIN_RESULT_KEYS = (
+    "reviews",
+    "annotators",
+    "verdicts",
+    "verdict_classes",
+    "main",
+    "disagreements",
+    "label_auc",
+    "krippendorff_alpha",
+    "pick_agreement",
+)
+
+
+def _main_results(report: dict[str, Any]) -> dict[str, Any]:
+    return {key: report[key] for key in MAIN_RESULT_KEYS if key in report}
 
 
 def tables_complete(tables: Tables, *, k: int) -> Tables:
@@ -378,14 +421,16 @@ def tables_complete(tables: Tables, *, k: int) -> Tables:
 
 
 def study_report_build(
-    *, study: Study, exclude_systems: Collection[str] = ()
+    *, study: Study, exclude_systems: Collection[str] = (), severity: bool = False
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The report of a study (optionally without contests of some systems) and the
     pseudonym -> username map for staff pages. Annotator flags are keyed by
     pseudonym, never by username: only staff views translate them."""
     pseudonyms = study_pseudonyms(study=study)
     tables = study_tables(study=study, pseudonyms=pseudonyms)
-    report = tables_report(tables, k=study.depth, exclude_systems=exclude_systems)
+    report = tables_report(
+        tables, k=study.depth, exclude_systems=exclude_systems, severity=severity
+    )
     users = dict(
         get_user_model()
         .objects.filter(pk__in=list(pseudonyms))
@@ -396,7 +441,7 @@ def study_report_build(
 
 
 def release_report(
-    *, folder: Path, exclude_systems: Collection[str] = ()
+    *, folder: Path, exclude_systems: Collection[str] = (), severity: bool = False
 ) -> dict[str, Any]:
     """The report of a release folder alone (verified first; ApplicationError
     listing the problems otherwise)."""
@@ -407,4 +452,6 @@ def release_report(
             "invalid release: " + "; ".join(exc.errors[:10])
         ) from exc
     k = int(manifest["analysis"]["k"])
-    return tables_report(tables, k=k, exclude_systems=exclude_systems)
+    return tables_report(
+        tables, k=k, exclude_systems=exclude_systems, severity=severity
+    )

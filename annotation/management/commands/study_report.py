@@ -41,18 +41,27 @@ class Command(BaseCommand):
             metavar="NAME",
             help="leave out contests of this system (repeatable)",
         )
+        parser.add_argument(
+            "--severity",
+            action="store_true",
+            help="add annotator severities (many-facet Rasch) beside the raw means",
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         exclude = list(opts["exclude_system"])  # type: ignore[call-overload]
         try:
             if opts["release"]:
                 report = services.release_report(
-                    folder=Path(str(opts["release"])), exclude_systems=exclude
+                    folder=Path(str(opts["release"])),
+                    exclude_systems=exclude,
+                    severity=bool(opts["severity"]),
                 )
             else:
                 study = selectors.study_by_ref(ref=str(opts["study"]))
                 report, _names = services.study_report_build(
-                    study=study, exclude_systems=exclude
+                    study=study,
+                    exclude_systems=exclude,
+                    severity=bool(opts["severity"]),
                 )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
@@ -77,3 +86,16 @@ class Command(BaseCommand):
             f"interval {alpha['interval']}; pick agreement {report['pick_agreement']}"
         )
         out(f"  leave-one-annotator-out range: {report['loo_range']}")
+        if "with_excluded" in report:
+            w = report["with_excluded"]
+            out(
+                f"  with the {len(report['excluded_annotators'])} excluded "
+                f"annotator(s): main {_pct(w['main'])}; "
+                f"{w['reviews']['valid']} reviews"
+            )
+        sev = report.get("severity")
+        if sev and "error" not in sev:
+            out(
+                f"  severity (Rasch): sd {sev['severity_sd']:.3f} logits; largest "
+                f"fair-minus-raw grade shift {sev['largest_shift']:.3f}"
+            )
