@@ -226,7 +226,9 @@ def _collect(
                 _consistent(out.doc_bt, key, float(c.bt_raw[d]), "raw BT scores")
             if d in c.calibrated:
                 _consistent(out.doc_cal, key, float(c.calibrated[d]), "calibrated")
-        verdict = majority_verdict(picks)
+        # A contest nobody has graded yet has no verdict (None, class "ungraded"):
+        # counting it as a tie would invent human judgments.
+        verdict = majority_verdict(picks) if picks else None
         out.rows.append(
             {
                 "contest_id": c.contest_id,
@@ -238,14 +240,18 @@ def _collect(
                 "qrel_margin": m.qrel_margin,
                 "rcp_winner": m.rcp_winner,
                 "qrel_winner": m.qrel_winner,
-                "class": verdict_class(verdict, m.rcp_winner, m.qrel_winner),
+                "class": (
+                    verdict_class(verdict, m.rcp_winner, m.qrel_winner)
+                    if verdict is not None
+                    else "ungraded"
+                ),
             }
         )
     return out
 
 
 def _agreement_section(col: _Collected, cfg: StudyConfig) -> dict:
-    rows = col.rows
+    rows = [r for r in col.rows if r["verdict"] is not None]  # graded contests only
     verdicts = [r["verdict"] for r in rows]
     clusters = [r["query_id"] for r in rows]
     rcp_w = [r["rcp_winner"] for r in rows]
@@ -370,6 +376,7 @@ def study_report(
     col = _collect(contests, reviews, cfg)
     report = {
         "contests": len(contests),
+        "contests_graded": sum(r["verdict"] is not None for r in col.rows),
         "reviews": {
             "valid": sum(map(len, reviews.values())),
             "invalid": sum(not a.valid for a in annotations),
