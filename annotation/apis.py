@@ -85,11 +85,13 @@ class AssignmentNextApi(APIView):
 
     @extend_schema(request=None, responses={201: AssignmentOutput, 204: None})
     def post(self, request: Request, study_id: int) -> Response:
-        study = selectors.study_get_for_annotator(user=request.user, study_id=study_id)
-        assignment = services.assignment_next(study=study, annotator=request.user)
-        if assignment is None:
+        # The service checks membership and study status in its first query.
+        lease = services.assignment_next_for(study_id=study_id, annotator=request.user)
+        if lease is None:
             return Response(status=status.HTTP_204_NO_CONTENT)
-        payload = selectors.assignment_payload(assignment=assignment)
+        payload = selectors.assignment_payload(
+            assignment=lease.assignment, progress=lease.progress, texts=lease.texts
+        )
         return Response(AssignmentOutput(payload).data, status=status.HTTP_201_CREATED)
 
 
@@ -215,7 +217,9 @@ class StudyListApi(APIView):
     class StudyInput(PlanInput):
         name = serializers.CharField(max_length=200)
         per_contest = serializers.IntegerField(min_value=1, max_value=20, default=3)
-        lease_minutes = serializers.FloatField(min_value=0.05, default=30.0)
+        lease_minutes = serializers.FloatField(
+            min_value=0.05, max_value=services.MAX_LEASE_MINUTES, default=30.0
+        )
         collect_order = serializers.BooleanField(default=False)
         collect_comments = serializers.BooleanField(default=True)
         instructions = serializers.CharField(required=False, allow_blank=True)

@@ -17,23 +17,20 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import Permission
+from django.db import connection
 from django.db.models import (
     Count,
-    Exists,
-    IntegerField,
-    OuterRef,
     Q,
     QuerySet,
-    Subquery,
 )
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import REVIEW_PERMISSION, can_read_benchmarks
 from benchmarks.models import (
     Dataset,
     Document,
     PoolEntry,
+    Query,
     RankingEntry,
     System,
 )
@@ -59,25 +56,31 @@ ANNOTATE_PERMISSION = "annotation.annotate"
 
 
 def is_annotator(user: Any) -> bool:
-    """Active users holding ``annotation.annotate`` (the annotators group).
+    """Active users holding ``annotation.annotate`` (the annotators group) who cannot
+    read benchmark data.
 
-    The same answer as ``user.has_perm`` with Django's model backend, in one query
-    instead of two (it runs on every annotator request), remembered on the user.
+    Roles are exclusive (``services.annotator_role_check``): staff, superusers and
+    reviewers (``benchmarks.view_dataset``) are never annotators, even if granted the
+    permission after joining a study. One query for both permissions (it runs on every
+    annotator request), remembered on the user.
     """
     if not (user and user.is_authenticated and user.is_active):
         return False
-    if user.is_superuser:
-        return True
+    if user.is_superuser or user.is_staff:
+        return False
     cached = getattr(user, "_annotation_is_annotator", None)
     if cached is None:
         app_label, codename = ANNOTATE_PERMISSION.split(".")
-        cached = (
+        review_app, review_codename = REVIEW_PERMISSION.split(".")
+        held = set(
             Permission.objects.filter(
-                content_type__app_label=app_label, codename=codename
+                Q(content_type__app_label=app_label, codename=codename)
+                | Q(content_type__app_label=review_app, codename=review_codename)
             )
             .filter(Q(user=user) | Q(group__user=user))
-            .exists()
+            .values_list("codename", flat=True)
         )
+        cached = codename in held and review_codename not in held
         user._annotation_is_annotator = cached
     return cached
 
@@ -233,14 +236,6 @@ def rubric_current(*, study: Study) -> Rubric:
     return rubric
 
 
-def _live(now: datetime) -> Q:
-    """Assignments that hold a slot: valid submitted ones and unexpired leases (an
-    invalid assignment, of an excluded annotator, never counts toward N)."""
-    return Q(status=AssignmentStatus.SUBMITTED, valid=True) | Q(
-        status=AssignmentStatus.LEASED, expires_at__gt=now
-    )
-
-
 def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, Any]:
     """Monitoring figures of one study (a handful of queries, no per-row lookups).
 
@@ -389,36 +384,108 @@ def assignment_get_for_annotator(*, user: Any, assignment_id: int) -> Assignment
     return assignment
 
 
-def contests_open_to(
-    *, study: Study, annotator: Any, now: datetime
-) -> QuerySet[Contest]:
-    """Contests with fewer than N live assignments that ``annotator`` never had.
+# The annotator API's hot path in SQL. Built with the ORM, these nested correlated
+# subqueries cost ~4 ms of query compilation per request (more than PostgreSQL took
+# to run them) and capped the API's throughput; as fixed statements they cost
+# nothing to build. Portable SQL (SQLite and PostgreSQL); the row lock clause comes
+# from the backend's features. The rules are ASSIGNMENT.md's: a contest's live
+# assignments are the submitted ones and the leased, unexpired ones.
+_A = Assignment._meta.db_table
+_C = Contest._meta.db_table
+_Q = Query._meta.db_table
+_LIVE_SQL = (  # the same rule as _live: valid submitted ones and unexpired leases
+    f"(SELECT COUNT(*) FROM {_A} l WHERE l.contest_id = c.id AND ((l.status = "
+    "%(submitted)s AND l.valid = %(valid)s) OR (l.status = %(leased)s "
+    "AND l.expires_at > %(now)s)))"
+)
+_NEVER_HAD_SQL = (
+    f"NOT EXISTS (SELECT 1 FROM {_A} h WHERE h.contest_id = c.id "
+    "AND h.annotator_id = %(annotator)s)"
+)
+_OPEN_TO_SQL = (
+    f"c.study_id = %(study)s AND {_NEVER_HAD_SQL} AND {_LIVE_SQL} < %(per_contest)s"
+)
+_DONE_SQL = (
+    f"(SELECT COUNT(*) FROM {_A} a JOIN {_C} s ON s.id = a.contest_id "
+    "WHERE s.study_id = %(study)s AND a.annotator_id = %(annotator)s "
+    "AND a.status = %(submitted)s)"
+)
+_PROGRESS_SQL = (
+    f"{_DONE_SQL} AS contests_done, "
+    f"(SELECT COUNT(*) FROM {_C} c WHERE {_OPEN_TO_SQL}) AS contests_left"
+)
 
-    Annotated with ``n_live``; fullest first, so started contests are completed before
-    new ones are opened. Locking is the caller's business (see ASSIGNMENT.md).
+
+def _open_to_params(*, study: Study, annotator: Any, now: datetime) -> dict[str, Any]:
+    return {
+        "study": study.pk,
+        "annotator": annotator.pk,
+        "per_contest": study.per_contest,
+        "submitted": AssignmentStatus.SUBMITTED.value,
+        "leased": AssignmentStatus.LEASED.value,
+        "valid": True,
+        "now": connection.ops.adapt_datetimefield_value(now),
+    }
+
+
+def contest_lock_open_to(
+    *,
+    study: Study,
+    annotator: Any,
+    now: datetime,
+    exclude: Sequence[int] = (),
+    wait: bool = False,
+) -> Contest | None:
+    """Lock and return the first contest open to ``annotator``: fewer than N live
+    assignments and never theirs; fullest first (started contests are completed
+    before new ones are opened), then by position. None if there is none.
+
+    PostgreSQL: FOR UPDATE OF the contest row, SKIP LOCKED unless ``wait``; the
+    caller must recount the slots under the lock (ASSIGNMENT.md). The contest comes
+    with its query's text and the annotator's progress read in the same statement
+    (``contests_done``/``contests_left``, counting this contest as left).
     """
-    had = Assignment.objects.filter(contest=OuterRef("pk"), annotator=annotator)
-    return (
-        Contest.objects.filter(study=study)
-        .filter(~Exists(had))
-        .annotate(n_live=_live_count(now))
-        .filter(n_live__lt=study.per_contest)
-        .order_by("-n_live", "position")
+    params = _open_to_params(study=study, annotator=annotator, now=now)
+    skip = ""
+    if exclude:
+        names = [f"x{i}" for i in range(len(exclude))]
+        params.update(zip(names, exclude, strict=True))
+        skip = " AND c.id NOT IN (" + ", ".join(f"%({n})s" for n in names) + ")"
+    lock = ""
+    if connection.features.has_select_for_update:
+        lock = " FOR UPDATE"
+        if connection.features.has_select_for_update_of:
+            lock += " OF c"
+        if not wait and connection.features.has_select_for_update_skip_locked:
+            lock += " SKIP LOCKED"
+    # The open contests are read once (a CTE): both the pick and the progress's
+    # "left" count come from them.
+    sql = (
+        f"WITH open_to AS (SELECT c.id, {_LIVE_SQL} AS n_live FROM {_C} c "
+        f"WHERE {_OPEN_TO_SQL}) "
+        "SELECT c.id, c.position, c.query_id, q.text, o.n_live, "
+        f"{_DONE_SQL} AS contests_done, "
+        "(SELECT COUNT(*) FROM open_to) AS contests_left "
+        f"FROM open_to o JOIN {_C} c ON c.id = o.id JOIN {_Q} q ON q.id = c.query_id"
+        f"{skip.replace(' AND', ' WHERE', 1)} ORDER BY o.n_live DESC, c.position ASC "
+        f"LIMIT 1{lock}"
     )
-
-
-def _live_count(now: datetime) -> Coalesce:
-    """Correlated count of a contest's live assignments (leased and unexpired, or
-    submitted)."""
-    live_count = (
-        Assignment.objects.filter(contest=OuterRef("pk"))
-        .filter(_live(now))
-        .order_by()
-        .values("contest")
-        .annotate(n=Count("pk"))
-        .values("n")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    pk, position, query_id, text, _n_live, done, left = row
+    db = connection.alias
+    contest = Contest.from_db(
+        db,
+        ["id", "study_id", "position", "query_id"],
+        [pk, study.pk, position, query_id],
     )
-    return Coalesce(Subquery(live_count, output_field=IntegerField()), 0)
+    contest.study = study
+    contest.query = Query.from_db(db, ["id", "text"], [query_id, text])
+    contest.contests_done, contest.contests_left = done, left
+    return contest
 
 
 def annotator_progress(
@@ -426,26 +493,13 @@ def annotator_progress(
 ) -> dict[str, int]:
     """The annotator's own progress, in one query: contests they submitted, and
     contests still open to them (fewer than N live assignments, never theirs)."""
-    now = now or timezone.now()
-    mine = Assignment.objects.filter(contest=OuterRef("pk"), annotator=annotator)
-    counts = (
-        Contest.objects.filter(study=study)
-        .annotate(
-            n_live=_live_count(now),
-            had=Exists(mine),
-            done=Exists(mine.filter(status=AssignmentStatus.SUBMITTED)),
-        )
-        .aggregate(
-            contests_done=Count("pk", filter=Q(done=True)),
-            contests_left=Count(
-                "pk", filter=Q(had=False, n_live__lt=study.per_contest)
-            ),
-        )
+    params = _open_to_params(
+        study=study, annotator=annotator, now=now or timezone.now()
     )
-    return {
-        "contests_done": counts["contests_done"],
-        "contests_left": counts["contests_left"],
-    }
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {_PROGRESS_SQL}", params)
+        done, left = cursor.fetchone()
+    return {"contests_done": done, "contests_left": left}
 
 
 def annotator_has_lease(*, study: Study, annotator: Any) -> bool:
@@ -457,16 +511,28 @@ def annotator_has_lease(*, study: Study, annotator: Any) -> bool:
 
 
 def assignment_payload(
-    *, assignment: Assignment, with_draft: bool = False
+    *,
+    assignment: Assignment,
+    with_draft: bool = False,
+    progress: dict[str, int] | None = None,
+    texts: dict[int, tuple[str, str]] | None = None,
 ) -> dict[str, Any]:
     """What a blind annotator sees of one assignment, and nothing more.
 
     Documents in the assignment's shuffled order under opaque keys; no system, rank,
     list membership, external id, qrel, gain or metric ever enters this dict.
+    ``progress`` and ``texts`` (document id -> (title, text)), when the caller read
+    them already (``services.assignment_next_for``), save their queries.
     """
     contest = assignment.contest
     study = contest.study
-    documents = Document.objects.in_bulk([d["document"] for d in assignment.documents])
+    if texts is None:
+        texts = {
+            pk: (title, text)
+            for pk, title, text in Document.objects.filter(
+                pk__in=[d["document"] for d in assignment.documents]
+            ).values_list("pk", "title", "text")
+        }
     payload: dict[str, Any] = {
         "assignment": assignment.pk,
         "status": assignment.status,
@@ -478,8 +544,8 @@ def assignment_payload(
         "documents": [
             {
                 "key": d["key"],
-                "title": documents[d["document"]].title,
-                "text": documents[d["document"]].text,
+                "title": texts[d["document"]][0],
+                "text": texts[d["document"]][1],
             }
             for d in assignment.documents
         ],
@@ -490,7 +556,10 @@ def assignment_payload(
         "expires_at": assignment.expires_at,
         "progress": {
             "documents": len(assignment.documents),
-            **annotator_progress(study=study, annotator=assignment.annotator),
+            **(
+                progress
+                or annotator_progress(study=study, annotator=assignment.annotator)
+            ),
         },
     }
     if with_draft:

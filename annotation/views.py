@@ -117,7 +117,9 @@ class StudyForm(forms.Form):
         min_value=0, max_value=1, initial=0.25, label="Quota: concordant controls"
     )
     seed = forms.IntegerField(min_value=0, initial=0)
-    lease_minutes = forms.IntegerField(min_value=1, initial=30)
+    lease_minutes = forms.IntegerField(
+        min_value=1, max_value=services.MAX_LEASE_MINUTES, initial=30
+    )
     collect_order = forms.BooleanField(
         required=False, label="Ask for an order of equally graded documents"
     )

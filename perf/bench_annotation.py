@@ -1,30 +1,32 @@
-"""Benchmark: concurrent simulated annotators over HTTP against gunicorn + PostgreSQL.
+"""Benchmark: concurrent annotators over HTTP against gunicorn + PostgreSQL.
 
-    .venv/bin/python perf/bench_annotation.py [--annotators 50] [--contests 300]
-        [--workers 3] [--think-ms 10000] [--duration 40] [--stress-duration 15]
+    .venv/bin/python perf/bench_annotation.py [--annotators 50] [--contests 600]
+        [--workers 3] [--think-ms 0] [--duration 30] [--db-prefix rcp_bench_]
         [--pg postgres://postgres@127.0.0.1:5432]
 
 Creates a throw-away database on the PostgreSQL server, migrates it, seeds a study
-(seeded world, N=3 per contest) with token-authenticated annotators, starts gunicorn on
-it, then runs the annotators as asyncio tasks (httpx). Each loops `next` -> grade ->
-`submit` (random complete grades). Two phases on the same study:
+(seeded world, N=3 per contest) with token-authenticated annotators, starts gunicorn
+(``--workers`` sync workers, persistent database connections) on it, then runs the
+annotators as asyncio tasks. Each loops `next` -> grade -> `submit` (random complete
+grades), by default with zero think time (the saturation throughput); ``--think-ms``
+adds a paced phase first, each annotator spending 0.5-1.5x that per contest.
 
-- paced: each annotator spends 0.5-1.5 x ``--think-ms`` grading a contest (default
-  10 s, several times faster than a person reading 5-10 documents), starting at random
-  moments, so the 50 are not in lockstep;
-- stress: no think time at all, to find the saturation throughput.
-
-Prints p50/p95/max latency of `next` and `submit` per phase, throughput, and checks the
-assignment invariants (never more than N per contest, no annotator twice on a contest)
-from the database. Targets on this machine: p95 < 100 ms for next, < 150 ms for submit.
-The client shares the machine with gunicorn and PostgreSQL, so the figures include its
-CPU.
+Prints requests/s and p50/p95/max latency of `next` and `submit`, then checks from the
+database that the run kept the promises: exactly N (no contest with more than N live
+or submitted assignments, no annotator twice on a contest) and no lost grade (every
+submit acknowledged as new is submitted with one grade per document, and no grade
+exists without an acknowledged submit). Exit status 1 if any check fails or any
+request failed. Targets: >= 150 requests/s, p95 < 100 ms for next, < 150 ms for
+submit. The client is a minimal HTTP/1.1 client on asyncio streams (httpx cost more
+CPU than the server's work), but it still shares the machine with gunicorn and
+PostgreSQL, so the figures include its CPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import secrets
 import socket
@@ -111,49 +113,88 @@ def _grades(body: dict, rng) -> dict:
     }
 
 
-async def _annotator(base, token, study_id, deadline, think, stats, rng) -> None:
-    import httpx
-
-    headers = {"Authorization": f"Token {token}"}
-    # Annotators are not in lockstep: each starts at a random moment of the first
-    # think period and takes 0.5-1.5x the mean think time per contest.
-    await asyncio.sleep(rng.uniform(0, think))
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as http:
-        while time.monotonic() < deadline:
-            t = time.perf_counter()
-            r = await http.post(f"/api/v1/studies/{study_id}/assignments/next")
-            stats["next"].append(time.perf_counter() - t)
-            if r.status_code == 204:
-                stats["done_annotators"] += 1
-                return
-            if r.status_code != 201:
-                stats["errors"].append(f"next {r.status_code}: {r.text[:120]}")
-                return
-            body = r.json()
-            if think:
-                await asyncio.sleep(think * rng.uniform(0.5, 1.5))
-            t = time.perf_counter()
-            r = await http.post(
-                f"/api/v1/assignments/{body['assignment']}/submit",
-                json={"grades": _grades(body, rng)},
-            )
-            stats["submit"].append(time.perf_counter() - t)
-            if r.status_code != 200:
-                stats["errors"].append(f"submit {r.status_code}: {r.text[:120]}")
-            else:
-                stats["submitted"] += 1
+async def _request(
+    host: str, port: int, method: str, path: str, token: str, body: bytes = b""
+) -> tuple[int, bytes]:
+    """One HTTP/1.1 request on a fresh connection (gunicorn's sync workers close
+    each connection after its response); returns (status, body)."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        head = (
+            f"{method} {path} HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Token {token}\r\nAccept: application/json\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        raw = await reader.read(-1)
+    finally:
+        writer.close()
+    header, _, payload = raw.partition(b"\r\n\r\n")
+    status = int(header.split(b" ", 2)[1])
+    if b"transfer-encoding: chunked" in header.lower():
+        payload = _unchunk(payload)
+    return status, payload
 
 
-async def _warm_up(base: str, token: str, n: int) -> None:
-    import httpx
+def _unchunk(data: bytes) -> bytes:
+    out, rest = [], data
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0], 16)
+        if size == 0:
+            break
+        out.append(rest[:size])
+        rest = rest[size + 2 :]
+    return b"".join(out)
 
-    headers = {"Authorization": f"Token {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
-        for _ in range(2):
-            await asyncio.gather(*(http.get("/login/") for _ in range(n)))
+
+async def _annotator(addr, token, study_id, deadline, think, stats, rng) -> None:
+    host, port = addr
+    if think:
+        # Not in lockstep: each starts at a random moment of the first think period.
+        await asyncio.sleep(rng.uniform(0, think))
+    while time.monotonic() < deadline:
+        t = time.perf_counter()
+        code, raw = await _request(
+            host, port, "POST", f"/api/v1/studies/{study_id}/assignments/next", token
+        )
+        stats["next"].append(time.perf_counter() - t)
+        if code == 204:
+            stats["done_annotators"] += 1
+            return
+        if code != 201:
+            stats["errors"].append(f"next {code}: {raw[:120]!r}")
+            return
+        body = json.loads(raw)
+        if think:
+            await asyncio.sleep(think * rng.uniform(0.5, 1.5))
+        t = time.perf_counter()
+        code, raw = await _request(
+            host,
+            port,
+            "POST",
+            f"/api/v1/assignments/{body['assignment']}/submit",
+            token,
+            json.dumps({"grades": _grades(body, rng)}).encode(),
+        )
+        stats["submit"].append(time.perf_counter() - t)
+        if code != 200:
+            stats["errors"].append(f"submit {code}: {raw[:120]!r}")
+        elif not json.loads(raw)["already_submitted"]:
+            stats["submitted"] += 1
+            stats["acknowledged"].append(body["assignment"])
 
 
-async def _load(base, tokens, study_id, duration, think) -> dict:
+async def _warm_up(addr: tuple[str, int], token: str, n: int) -> None:
+    for _ in range(2):
+        await asyncio.gather(
+            # A 404 after token authentication: opens each worker's connection.
+            *(_request(*addr, "GET", "/api/v1/assignments/0", token) for _ in range(n))
+        )
+
+
+async def _load(addr, tokens, study_id, duration, think) -> dict:
     import random
 
     stats = {
@@ -161,18 +202,70 @@ async def _load(base, tokens, study_id, duration, think) -> dict:
         "submit": [],
         "errors": [],
         "submitted": 0,
+        "acknowledged": [],
         "done_annotators": 0,
     }
     deadline = time.monotonic() + duration
     started = time.perf_counter()
     await asyncio.gather(
         *(
-            _annotator(base, tok, study_id, deadline, think, stats, random.Random(i))
+            _annotator(addr, tok, study_id, deadline, think, stats, random.Random(i))
             for i, tok in enumerate(tokens)
         )
     )
     stats["elapsed"] = time.perf_counter() - started
     return stats
+
+
+def _cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU seconds by process (Linux /proc; vanished ones left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return out
+
+
+def _cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two readings (processes new since count whole)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == pid:
+                out.append(int(entry))
+    return out
+
+
+def _pg_backends(server: str, name: str) -> list[int]:
+    import psycopg
+
+    parts = urlsplit(server)
+    with psycopg.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 5432,
+        user=parts.username or "postgres",
+        password=parts.password,
+        dbname="postgres",
+        autocommit=True,
+    ) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (name,)
+        ).fetchall()
+    return [pid for (pid,) in rows]
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -182,21 +275,28 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))] * 1000
 
 
-def _check(study_id: int, per_contest: int) -> dict:
+def _check(study_id: int, per_contest: int, acknowledged: list[int]) -> dict:
+    """The promises, from the database: exactly N and no lost grade."""
     from django.db import connections
     from django.db.models import Count, Q
+    from django.utils import timezone
 
-    from annotation.models import Assignment, AssignmentStatus, Contest
+    from annotation.models import Assignment, AssignmentStatus, Contest, Grade
 
     connections.close_all()
-    counts = list(
+    now = timezone.now()
+    live = Q(assignments__status=AssignmentStatus.SUBMITTED) | Q(
+        assignments__status=AssignmentStatus.LEASED, assignments__expires_at__gt=now
+    )
+    rows = list(
         Contest.objects.filter(study_id=study_id)
         .annotate(
-            n=Count(
+            submitted=Count(
                 "assignments", filter=Q(assignments__status=AssignmentStatus.SUBMITTED)
-            )
+            ),
+            live=Count("assignments", filter=live),
         )
-        .values_list("n", flat=True)
+        .values_list("submitted", "live")
     )
     dup = (
         Assignment.objects.filter(contest__study_id=study_id)
@@ -205,11 +305,31 @@ def _check(study_id: int, per_contest: int) -> dict:
         .filter(n__gt=1)
         .count()
     )
+    submitted = {
+        pk: len(docs)
+        for pk, docs in Assignment.objects.filter(
+            contest__study_id=study_id, status=AssignmentStatus.SUBMITTED
+        ).values_list("pk", "documents")
+    }
+    grades = dict(
+        Grade.objects.filter(assignment__contest__study_id=study_id)
+        .values("assignment")
+        .annotate(n=Count("pk"))
+        .values_list("assignment", "n")
+    )
+    acked = set(acknowledged)
     return {
-        "contests": len(counts),
-        "complete": sum(n == per_contest for n in counts),
-        "over_assigned": sum(n > per_contest for n in counts),
+        "contests": len(rows),
+        "complete": sum(s == per_contest for s, _live in rows),
+        "over_assigned": sum(s > per_contest or live > per_contest for s, live in rows),
         "duplicate_pairs": dup,
+        "acknowledged": len(acked),
+        # an acknowledged submit that is not submitted with all its grades
+        "lost": sum(
+            1 for pk in acked if pk not in submitted or grades.get(pk) != submitted[pk]
+        ),
+        # grades or submissions no client was told about (nor its retry)
+        "unacknowledged": len(set(submitted) - acked) + len(set(grades) - acked),
     }
 
 
@@ -234,6 +354,17 @@ def _report(label: str, think_ms: float, stats: dict) -> None:
         f"{requests / elapsed:.1f} requests/s over {elapsed:.1f} s"
         + (f"; {len(stats['errors'])} errors" if stats["errors"] else "")
     )
+    cpu = stats.get("cpu")
+    if cpu and requests:
+        per = {k: v / requests * 1000 for k, v in cpu.items()}
+        total = sum(per.values())
+        print(
+            f"CPU per request: {total:.1f} ms (gunicorn {per['gunicorn']:.1f}, "
+            f"PostgreSQL {per['postgres']:.1f}, client {per['client']:.1f}); "
+            f"{os.cpu_count()} idle CPUs would serve about "
+            f"{os.cpu_count() * 1000 / total:.0f} requests/s "
+            f"({os.cpu_count() * 1000 / (total - per['client']):.0f} without the client)"
+        )
     for error in stats["errors"][:5]:
         print("  error:", error)
 
@@ -241,22 +372,26 @@ def _report(label: str, think_ms: float, stats: dict) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--annotators", type=int, default=50)
-    parser.add_argument("--contests", type=int, default=300)
+    parser.add_argument("--contests", type=int, default=600)
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
-    parser.add_argument("--think-ms", type=float, default=10_000.0)
-    parser.add_argument("--duration", type=float, default=40.0, help="paced phase, s")
     parser.add_argument(
-        "--stress-duration", type=float, default=15.0, help="0 skips the stress phase"
+        "--think-ms", type=float, default=0.0, help="> 0 adds a paced phase first"
     )
+    parser.add_argument("--duration", type=float, default=30.0, help="per phase, s")
     parser.add_argument(
         "--pg",
         default=os.environ.get("RCP_BENCH_PG", "postgres://postgres@127.0.0.1:5432"),
         help="PostgreSQL server URL (a database is created and dropped)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the database")
+    parser.add_argument(
+        "--db-prefix",
+        default="rcp_bench_",
+        help="name prefix of the throw-away database",
+    )
     args = parser.parse_args()
 
-    name = f"rcp_bench_{secrets.token_hex(4)}"
+    name = f"{args.db_prefix}{secrets.token_hex(4)}"
     server = args.pg.rstrip("/")
     _admin_sql(server, f'CREATE DATABASE "{name}"')
     env = {
@@ -269,12 +404,15 @@ def main() -> int:
         "DJANGO_SETTINGS_MODULE": "rcp_platform.settings",
         "LOG_LEVEL": "ERROR",
         "PYTHONWARNINGS": "ignore::UserWarning",  # whitenoise: no collected static
+        # Workers keep their connection for the whole run, so the CPU of the
+        # PostgreSQL backends is read from the same processes before and after.
+        "DB_CONN_MAX_AGE": "3600",
     }
     os.environ.update(env)
     gunicorn = None
-    phases = [("paced", args.think_ms, args.duration)]
-    if args.stress_duration > 0:
-        phases.append(("stress", 0.0, args.stress_duration))
+    phases = [("zero think time", 0.0, args.duration)]
+    if args.think_ms > 0:
+        phases.insert(0, ("paced", args.think_ms, args.duration))
     results = []
     try:
         t0 = time.perf_counter()
@@ -293,42 +431,67 @@ def main() -> int:
                 str(args.workers),
                 "--bind",
                 f"127.0.0.1:{port}",
+                "--backlog",
+                "2048",
                 "--log-level",
                 "warning",
             ],
             cwd=ROOT,
             env=env,
         )
-        base = f"http://127.0.0.1:{port}"
+        addr = ("127.0.0.1", port)
         for _ in range(100):
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                with socket.create_connection(addr, timeout=0.2):
                     break
             except OSError:
                 time.sleep(0.1)
         # Warm every worker up (URLconf, DRF, first database connection) so the
         # figures measure steady state, not the workers' first requests.
-        asyncio.run(_warm_up(base, tokens[0], args.workers * 4))
+        asyncio.run(_warm_up(addr, tokens[0], args.workers * 4))
         for label, think_ms, duration in phases:
-            stats = asyncio.run(
-                _load(base, tokens, study_id, duration, think_ms / 1000)
+            # CPU time per request is what the machine's load does not change much:
+            # measured for gunicorn (master and workers), the PostgreSQL backends of
+            # the benchmark database (persistent connections) and this client.
+            server_pids = [gunicorn.pid, *_children(gunicorn.pid)]
+            before = (
+                _cpu_seconds(server_pids),
+                _cpu_seconds(_pg_backends(server, name)),
+                time.process_time(),
             )
+            stats = asyncio.run(
+                _load(addr, tokens, study_id, duration, think_ms / 1000)
+            )
+            stats["cpu"] = {
+                "gunicorn": _cpu_used(before[0], _cpu_seconds(server_pids)),
+                "postgres": _cpu_used(
+                    before[1], _cpu_seconds(_pg_backends(server, name))
+                ),
+                "client": time.process_time() - before[2],
+            }
             results.append((label, think_ms, stats))
     finally:
         if gunicorn is not None:
             gunicorn.terminate()
             gunicorn.wait(timeout=20)
-    check = _check(study_id, per_contest)
+    acknowledged = [pk for _l, _t, stats in results for pk in stats["acknowledged"]]
+    check = _check(study_id, per_contest, acknowledged)
+    load = os.getloadavg()
     print(
         f"\n{args.annotators} concurrent annotators, gunicorn {args.workers} sync "
-        f"workers, PostgreSQL, {os.cpu_count()} CPUs (shared with the client)"
+        f"workers, PostgreSQL, {os.cpu_count()} CPUs shared with the client "
+        f"(load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} at the end)"
     )
     for label, think_ms, stats in results:
         _report(label, think_ms, stats)
     print(
-        f"\nstudy: {check['complete']}/{check['contests']} contests complete, "
+        f"\nexactly N: {check['complete']}/{check['contests']} contests complete, "
         f"{check['over_assigned']} over-assigned, {check['duplicate_pairs']} "
         "duplicate (contest, annotator) pairs"
+    )
+    print(
+        f"no lost grade: {check['acknowledged']} acknowledged submits, "
+        f"{check['lost']} lost, {check['unacknowledged']} unacknowledged"
     )
     if not args.keep:
         from django.db import connections
@@ -336,7 +499,14 @@ def main() -> int:
         connections.close_all()
         _admin_sql(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     errors = sum(len(stats["errors"]) for _l, _t, stats in results)
-    ok = not errors and check["over_assigned"] == 0 and not check["duplicate_pairs"]
+    ok = (
+        not errors
+        and check["over_assigned"] == 0
+        and not check["duplicate_pairs"]
+        and not check["lost"]
+        and not check["unacknowledged"]
+    )
+    print("checks:", "OK" if ok else "FAILED")
     return 0 if ok else 1
 
 

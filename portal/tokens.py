@@ -14,7 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models.signals import pre_save
 from django.utils import timezone
 from rest_framework.authentication import TokenAuthentication
@@ -43,13 +43,19 @@ class ExpiringTokenAuthentication(TokenAuthentication):
 @transaction.atomic
 def token_obtain(*, user: Any) -> Token:
     """The account's token, replaced by a fresh one when it has expired. Locks the
-    token row so two concurrent logins get the same token."""
+    token row so two concurrent logins get the same token; when there is no row to
+    lock (first login, or the other login deleted it), the loser of the insert race
+    takes the winner's token instead of failing on the unique user."""
     token = Token.objects.select_for_update().filter(user=user).first()
     if token is not None and timezone.now() < token_expires_at(token):
         return token
-    if token is not None:
-        token.delete()
-    return Token.objects.create(user=user)
+    try:
+        with transaction.atomic():  # a savepoint: the IntegrityError stays inside
+            if token is not None:
+                token.delete()
+            return Token.objects.create(user=user)
+    except IntegrityError:
+        return Token.objects.get(user=user)
 
 
 def _tokens_rotate_on_password_change(

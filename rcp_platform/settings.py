@@ -70,6 +70,8 @@ SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=not DEBUG)
 _proxy_ssl = env.list("SECURE_PROXY_SSL_HEADER", default=[])
 SECURE_PROXY_SSL_HEADER = tuple(_proxy_ssl) if len(_proxy_ssl) == 2 else None
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# DEBUG's technical 500 page (tracebacks with local variables) for staff only.
+DEFAULT_EXCEPTION_REPORTER = "rcp_platform.errors.StaffOnlyExceptionReporter"
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
@@ -169,6 +171,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "init_command": "PRAGMA journal_mode=WAL;",
         }
     )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Persistent connections: opening one per request (the default) cost PostgreSQL
+    # a backend process per API call and capped the annotation API's throughput.
+    # DB_CONN_MAX_AGE=0 restores one per request. Health checks cost a round trip
+    # per request; without them a connection broken by a database restart fails
+    # one request per process, then is replaced.
+    DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = env.bool(
+        "DB_CONN_HEALTH_CHECKS", default=False
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # ---------------------------------------------------------------------------- CACHE
@@ -253,6 +265,12 @@ REST_FRAMEWORK = {
         "portal.tokens.ExpiringTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["benchmarks.access.IsStaffOrReviewerReadOnly"],
+    # JSON nested too deep, NUL characters and lone surrogates are a 400, not a 500
+    "DEFAULT_PARSER_CLASSES": [
+        "rcp_platform.parsers.StrictJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -15,7 +15,9 @@ from django.contrib.auth.password_validation import validate_password
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 
+from benchmarks.access import REVIEW_PERMISSION
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from .. import selectors
@@ -62,6 +64,32 @@ def annotator_random_id_ensure(*, user: Any) -> str:
     return random_id.value
 
 
+def annotator_role_check(*, user: Any) -> None:
+    """Refuse an account that can read benchmark data as an annotator.
+
+    Roles are exclusive: staff, superusers and reviewers (``benchmarks.view_dataset``)
+    can read documents' external ids, qrels and rankings, so their gradings would not
+    be blind. Every path that makes an annotator or a study member calls this (and
+    ``selectors.is_annotator`` applies the same rule per request). ConflictError.
+    """
+    app_label, codename = REVIEW_PERMISSION.split(".")
+    # Queried directly rather than through has_perm, which answers False for an
+    # inactive account: re-activating a reviewer as an annotator is refused too.
+    reviewer = (
+        Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+        .filter(Q(user=user) | Q(group__user=user))
+        .exists()
+    )
+    if user.is_superuser or user.is_staff or reviewer:
+        role = "staff" if (user.is_staff or user.is_superuser) else "a reviewer"
+        raise ConflictError(
+            f"user {user.username!r} is {role} and can read benchmark data "
+            "(external ids, qrels, rankings); roles are exclusive, so it cannot be "
+            "an annotator",
+            extra={"reason": "benchmark_reader", "username": user.username},
+        )
+
+
 def _new_password() -> str:
     return secrets.token_urlsafe(12)
 
@@ -93,15 +121,16 @@ def annotator_create(
     ``unusable_password`` none at all (staff then hand out a one-time set-password
     link, ``annotator_password_link``). Refuses an existing username without
     ``update``, a password for an existing account without ``reset_password``, and
-    staff accounts always (an annotator holds nothing but the annotate permission).
+    always an account that can read benchmark data (staff, superuser, reviewer:
+    ``annotator_role_check``).
     """
     User = get_user_model()
     username = username.strip()
     user = User.objects.filter(username=username).first()
     if user is not None and not update:
         raise ConflictError(f"user {username!r} exists already")
-    if user is not None and (user.is_staff or user.is_superuser):
-        raise ConflictError(f"user {username!r} is staff; it cannot be an annotator")
+    if user is not None:
+        annotator_role_check(user=user)
     if user is not None and password and not reset_password:
         raise ApplicationError(
             f"user {username!r} exists already: its password is kept unless you ask "
@@ -252,7 +281,12 @@ def annotator_activate(*, user: Any) -> Any:
 @transaction.atomic
 def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
     """Invite an annotator to a study (idempotent; re-activates a removed member,
-    never an excluded one). Never touches the password."""
+    never an excluded one). Never touches the password.
+
+    Refuses accounts without the annotate permission and accounts that can read
+    benchmark data (``annotator_role_check``), whatever path invites them.
+    """
+    annotator_role_check(user=annotator)
     if not annotator.has_perm(selectors.ANNOTATE_PERMISSION) and not (
         annotator.groups.filter(name=ANNOTATORS_GROUP).exists()
     ):

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import random
+import re
 import secrets
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import JSONField, OuterRef, Subquery
 from django.utils import timezone
 
+from benchmarks.models import Document
 from rcp_platform.exceptions import ApplicationError, ConflictError, NotFoundError
 
 from .. import sampling, selectors
@@ -21,6 +26,7 @@ from ..models import (
     GoldAnswer,
     GoldItem,
     Grade,
+    Rubric,
     Study,
     StudyMember,
     StudyStatus,
@@ -28,6 +34,7 @@ from ..models import (
 
 MAX_COMMENT = 5000
 MAX_SECONDS = 24 * 3600.0
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
 def _opaque_keys(n: int) -> list[str]:
@@ -69,15 +76,19 @@ def _reclaim_and_free_slots(contest: Contest, now: Any) -> list[int]:
     return [s for s in range(1, contest.study.per_contest + 1) if s not in held]
 
 
-def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
+def _lease(
+    contest: Contest, annotator: Any, slot: int, now: Any, rubric: Rubric
+) -> tuple[Assignment, dict[int, tuple[str, str]]]:
+    """Insert the lease; returns it with its documents' (title, text) by id, read in
+    the same query as the contest's document list (the payload needs them next)."""
     study = contest.study
-    docs = list(
+    rows = list(
         ContestDocument.objects.filter(contest=contest)
         .order_by("id")
-        .values_list("document_id", flat=True)
+        .values_list("document_id", "document__title", "document__text")
     )
     seed = secrets.randbits(62)
-    order = sampling.shuffled(docs, seed)
+    order = sampling.shuffled([d for d, _title, _text in rows], seed)
     entries: list[dict[str, Any]] = [{"document": d} for d in order]
     if study.gold_rate > 0:
         entries = _with_gold(contest, entries, seed)
@@ -86,7 +97,7 @@ def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
         annotator=annotator,
         slot=slot,
         status=AssignmentStatus.LEASED,
-        rubric=selectors.rubric_current(study=study),
+        rubric=rubric,
         seed=seed,
         documents=[
             {"key": k, **entry}
@@ -103,7 +114,16 @@ def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
         validate_constraints=False,
     )
     assignment.save()
-    return assignment
+    texts = {d: (title, text) for d, title, text in rows}
+    gold = [e["document"] for e in entries if e["document"] not in texts]
+    if gold:  # a gold document is not among the contest's: one more read
+        texts.update(
+            (d, (title, text))
+            for d, title, text in Document.objects.filter(pk__in=gold).values_list(
+                "pk", "title", "text"
+            )
+        )
+    return assignment, texts
 
 
 def _with_gold(
@@ -139,24 +159,60 @@ def _ensure_open(study: Study) -> None:
         raise ConflictError(f"study is {study.status}", extra={"status": study.status})
 
 
+@dataclass(frozen=True)
+class NextLease:
+    """``assignment_next_for``'s answer: the lease, the annotator's progress counting
+    it, and (for a new lease) its documents' (title, text) by id, so the payload
+    needs no further query."""
+
+    assignment: Assignment
+    progress: dict[str, int]
+    texts: dict[int, tuple[str, str]] | None
+
+
 @transaction.atomic
-def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
-    """Give the annotator a contest of ``study``: theirs in progress, else a new one.
+def assignment_next_for(*, study_id: int, annotator: Any) -> NextLease | None:
+    """Give the annotator a contest of study ``study_id``: theirs in progress, else a
+    new one; None when nothing is left for them.
 
     A new contest has fewer than N live assignments and was never this annotator's.
     Row locks (PostgreSQL): the annotator's membership row serialises their own
     requests; each candidate contest row is taken FOR UPDATE SKIP LOCKED, then its
-    slots are recounted under the lock. None when nothing is left for them.
+    slots are recounted under the lock. NotFoundError unless an active member of an
+    open or closed study; ConflictError unless open. The membership lock also reads
+    the study and its current rubric; the progress rides on the lease's own query
+    (see ASSIGNMENT.md, "Queries").
     """
+    now = timezone.now()
+    current_rubric = Rubric.objects.filter(study_id=OuterRef("study_id")).order_by(
+        "-version"
+    )
     member = (
-        StudyMember.objects.select_for_update()
-        .filter(study=study, annotator=annotator, active=True)
+        StudyMember.objects.select_for_update(of=("self",))
+        .select_related("study")
+        .filter(
+            study_id=study_id,
+            annotator=annotator,
+            active=True,
+            study__status__in=[StudyStatus.OPEN, StudyStatus.CLOSED],
+        )
+        .annotate(
+            # The current rubric rides along (its rows never change).
+            rubric_id=Subquery(current_rubric.values("pk")[:1]),
+            rubric_version=Subquery(current_rubric.values("version")[:1]),
+            rubric_questions=Subquery(
+                current_rubric.values("questions")[:1], output_field=JSONField()
+            ),
+        )
         .first()
     )
     if member is None:
         raise NotFoundError("study not found")
+    study = member.study
     _ensure_open(study)
-    now = timezone.now()
+    # Read after the lock, in a statement of its own: a request that waited for the
+    # lock must see the lease its predecessor just committed (values computed inside
+    # the locking statement would come from before the wait).
     own = (
         Assignment.objects.filter(
             contest__study=study, annotator=annotator, status=AssignmentStatus.LEASED
@@ -175,39 +231,58 @@ def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
             own.expires_at = expires_at
             own.contest.study = study
             own.annotator = annotator
-            return own
+            progress = selectors.annotator_progress(
+                study=study, annotator=annotator, now=now
+            )
+            return NextLease(own, progress, None)
+    if member.rubric_id is None:
+        raise NotFoundError(f"study {study.pk} has no rubric")
+    rubric = Rubric(
+        pk=member.rubric_id,
+        study=study,
+        version=member.rubric_version,
+        questions=member.rubric_questions,
+    )
     tried: list[int] = []
     while True:
-        candidates = selectors.contests_open_to(
-            study=study, annotator=annotator, now=now
-        ).exclude(pk__in=tried)
+        open_to = {"study": study, "annotator": annotator, "now": now, "exclude": tried}
         try:
             # One savepoint per attempt: rolling it back releases the row lock of a
             # contest found full, so a request never sits on locks it does not use.
             with transaction.atomic():
-                contest = (
-                    candidates.select_for_update(skip_locked=True, of=("self",))
-                    .select_related("query")
-                    .first()
-                )
+                contest = selectors.contest_lock_open_to(**open_to)
                 if contest is None:
                     # Every remaining candidate may be locked by a request that will
                     # leave room: wait for the first rather than say "nothing left".
-                    contest = (
-                        candidates.select_for_update(of=("self",))
-                        .select_related("query")
-                        .first()
-                    )
+                    contest = selectors.contest_lock_open_to(**open_to, wait=True)
                     if contest is None:
                         return None
                 tried.append(contest.pk)
-                contest.study = study
                 free = _reclaim_and_free_slots(contest, now)
                 if not free:
                     raise _ContestFull
-                return _lease(contest, annotator, free[0], now)
+                assignment, texts = _lease(contest, annotator, free[0], now, rubric)
         except _ContestFull:
             continue
+        return NextLease(assignment, _progress_of(contest), texts)
+
+
+def _progress_of(contest: Any) -> dict[str, int]:
+    """The progress read with the contest this request leased (it was still counted
+    among those left then)."""
+    left = max(contest.contests_left - 1, 0)
+    return {"contests_done": contest.contests_done, "contests_left": left}
+
+
+def assignment_next(*, study: Study, annotator: Any) -> Assignment | None:
+    """``assignment_next_for`` by study object, returning just the assignment (its
+    ``contest.study`` is the caller's object, as callers that change the study
+    in memory expect)."""
+    lease = assignment_next_for(study_id=study.pk, annotator=annotator)
+    if lease is None:
+        return None
+    lease.assignment.contest.study = study
+    return lease.assignment
 
 
 class _ContestFull(Exception):
@@ -253,20 +328,29 @@ def _validated_grades(
             missing[key] = gaps
         order = entry.get("order")
         if order is not None and (
-            isinstance(order, bool) or not isinstance(order, int) or order < 1
+            isinstance(order, bool)
+            or not isinstance(order, int)
+            or not 1 <= order <= len(doc_keys)
         ):
-            raise ApplicationError(f"grades[{key}].order must be a positive integer")
+            # Bounded by the documents (a position among them): a huge integer
+            # would overflow the column (OverflowError, DataError) at submit.
+            raise ApplicationError(
+                f"grades[{key}].order must be an integer from 1 to {len(doc_keys)}"
+            )
         comment = entry.get("comment")
         if comment is not None and not isinstance(comment, str):
             raise ApplicationError(f"grades[{key}].comment must be a string")
-        seconds = entry.get("seconds", 0) or 0
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-            raise ApplicationError(f"grades[{key}].seconds must be a number")
+        if comment and _UNSTORABLE.search(comment):
+            # PostgreSQL stores neither (DataError); refused on every database.
+            raise ApplicationError(
+                f"grades[{key}].comment must not contain NUL characters or "
+                "unpaired surrogates"
+            )
         out[key] = {
             "answers": {q: answers.get(q) for q in questions if q in answers},
             "order": order,
             "comment": (comment or "")[:MAX_COMMENT] or None,
-            "seconds": round(min(max(float(seconds), 0.0), MAX_SECONDS), 2),
+            "seconds": _seconds(key, entry.get("seconds", 0) or 0),
         }
     if missing:
         raise ApplicationError(
@@ -274,6 +358,23 @@ def _validated_grades(
             extra={"missing": missing},
         )
     return out
+
+
+def _seconds(key: str, value: Any) -> float:
+    """Time spent on a document, clamped to [0, MAX_SECONDS]; ApplicationError for
+    non-numbers and for numbers no float holds (a 400-digit integer, 1e400)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApplicationError(f"grades[{key}].seconds must be a number")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ApplicationError(
+            f"grades[{key}].seconds must be a finite number of seconds "
+            f"(0 to {MAX_SECONDS:g})"
+        )
+    return round(min(max(seconds, 0.0), MAX_SECONDS), 2)
 
 
 def grade_of(answers: Mapping[str, bool | None], questions: Sequence[str]) -> int:
@@ -305,11 +406,40 @@ def _retake(assignment: Assignment, now: Any) -> None:
             "your lease expired and the contest went to another annotator",
             extra={"reason": "lease_expired"},
         )
+    retaken = {
+        "status": AssignmentStatus.LEASED,
+        "slot": free[0],
+        "leased_at": now,
+        "expires_at": now + contest.study.lease_duration,
+    }
     Assignment.objects.filter(pk=assignment.pk, status=AssignmentStatus.EXPIRED).update(
-        status=AssignmentStatus.LEASED,
-        slot=free[0],
-        leased_at=now,
-        expires_at=now + contest.study.lease_duration,
+        **retaken
+    )
+    for field, value in retaken.items():
+        setattr(assignment, field, value)
+
+
+_MAX_ATTEMPTS = 4
+
+
+def _leased_again(assignment: Assignment, now: Any) -> bool:
+    """After a compare-and-set on LEASED missed: True if the assignment is submitted;
+    else make it leased again (``_retake``: ConflictError when its contest is full)
+    so the caller's next compare-and-set can succeed."""
+    assignment.refresh_from_db(fields=["status", "slot", "expires_at"])
+    if assignment.status == AssignmentStatus.SUBMITTED:
+        return True
+    if assignment.status == AssignmentStatus.EXPIRED:
+        _retake(assignment, now)
+    return False
+
+
+def _busy() -> ConflictError:
+    # Reached only if other requests reclaim the lease between every one of our
+    # attempts (leases of a few seconds under heavy load): a 409 to retry, not a 500.
+    return ConflictError(
+        "the assignment changed while saving; please try again",
+        extra={"reason": "busy"},
     )
 
 
@@ -325,19 +455,18 @@ def assignment_draft_save(*, assignment: Assignment, grades: Any) -> Assignment:
     _ensure_open(study)
     draft = {"grades": _validated_grades(assignment, grades, complete=False)}
     now = timezone.now()
-    for _attempt in range(2):
+    for _attempt in range(_MAX_ATTEMPTS):
         saved = Assignment.objects.filter(
             pk=assignment.pk, status=AssignmentStatus.LEASED
         ).update(draft=draft, draft_saved_at=now, expires_at=now + study.lease_duration)
         if saved:
             break
-        assignment.refresh_from_db()
-        if assignment.status == AssignmentStatus.SUBMITTED:
+        if _leased_again(assignment, now):
             raise ConflictError(
                 "this assignment is submitted already", extra={"reason": "submitted"}
             )
-        _retake(assignment, now)
-        assignment.refresh_from_db()
+    else:
+        raise _busy()
     assignment.draft = draft
     assignment.draft_saved_at = now
     assignment.expires_at = now + study.lease_duration
@@ -360,7 +489,7 @@ def assignment_submit(
     _ensure_open(study)
     clean = _validated_grades(assignment, grades, complete=True)
     now = timezone.now()
-    for _attempt in range(2):
+    for _attempt in range(_MAX_ATTEMPTS):
         flipped = Assignment.objects.filter(
             pk=assignment.pk, status=AssignmentStatus.LEASED
         ).update(
@@ -371,10 +500,13 @@ def assignment_submit(
         )
         if flipped:
             break
-        assignment.refresh_from_db()
-        if assignment.status == AssignmentStatus.SUBMITTED:
+        if _leased_again(assignment, now):
             return assignment, True
-        _retake(assignment, now)
+    else:
+        # Never write grades without having flipped the status ourselves: only the
+        # one request that flips may insert them (else a second flipper would hit
+        # the (assignment, document) unique constraint, an IntegrityError).
+        raise _busy()
     questions = assignment.rubric.keys
     rows = []
     gold = []

@@ -18,6 +18,7 @@ from .. import sampling, selectors
 from ..models import Contest, ContestDocument, Rubric, Study, StudyStatus
 
 METRIC_K = 10
+MAX_LEASE_MINUTES = 7 * 24 * 60  # a week: longer leases only block contests
 
 DEFAULT_QUESTIONS = [
     {"key": "C1", "text": "Is the document about the topic of the query?"},
@@ -149,8 +150,14 @@ def study_create(
     """Create a study with its rubric v1 and sampled contests (status draft, or open).
 
     Contests are drawn by ``study_plan`` (seeded, quotas per design cell); each stores
-    both top-k lists and their de-duplicated union. All or nothing.
+    both top-k lists and their de-duplicated union. All or nothing. A lease lasts at
+    most ``MAX_LEASE_MINUTES`` (``now + lease`` must stay a representable date).
     """
+    if not timedelta(0) < lease_duration <= timedelta(minutes=MAX_LEASE_MINUTES):
+        raise ApplicationError(
+            f"the lease must last more than 0 and at most {MAX_LEASE_MINUTES} minutes "
+            "(7 days)"
+        )
     if Study.objects.filter(name=name).exists():
         raise ConflictError(f"study {name!r} exists already")
     planned = study_plan(

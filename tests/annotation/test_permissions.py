@@ -3,7 +3,8 @@
 Roles: anonymous, outsider (no permission), annotator (``bob``, a member who owns
 the assignment), other (another member annotator), reviewer (reads benchmarks), admin
 (staff superuser, not a member of the study). Annotators reach only their own work
-(anything else is a 404) and nothing of the staff UI or API.
+(anything else is a 404) and nothing of the staff UI or API; roles are exclusive, so
+staff and reviewers get nothing of the annotator API (403).
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ LOGIN = 302  # HTML pages send anonymous users to the login page
 # fmt: off
 MATRIX = [
     # annotator API (session or token auth)
-    row("post", "/api/v1/studies/{study}/assignments/next", None, 403, 403, 201, 201, 403, 404),
-    row("get", "/api/v1/assignments/{assignment}", None, 403, 403, 200, 404, 403, 404),
-    row("put", "/api/v1/assignments/{assignment}/draft", "draft", 403, 403, 200, 404, 403, 404),
-    row("post", "/api/v1/assignments/{assignment}/submit", "grades", 403, 403, 200, 404, 403, 404),
+    row("post", "/api/v1/studies/{study}/assignments/next", None, 403, 403, 201, 201, 403, 403),
+    row("get", "/api/v1/assignments/{assignment}", None, 403, 403, 200, 404, 403, 403),
+    row("put", "/api/v1/assignments/{assignment}/draft", "draft", 403, 403, 200, 404, 403, 403),
+    row("post", "/api/v1/assignments/{assignment}/submit", "grades", 403, 403, 200, 404, 403, 403),
     # staff API (reviewers read, staff write)
     row("get", "/api/v1/studies", None, 403, 403, 403, 403, 200, 200),
     row("post", "/api/v1/studies", "study", 403, 403, 403, 403, 403, 201),
@@ -47,7 +48,7 @@ MATRIX = [
     row("get", "/api/v1/studies/{study}/report", None, 403, 403, 403, 403, 403, 200),
     # HTML pages
     row("get", "/annotation/", None, LOGIN, 403, 200, 200, 302, 302),
-    row("get", "/annotation/studies/{study}/grading", None, LOGIN, 403, 200, 200, 403, 404),
+    row("get", "/annotation/studies/{study}/grading", None, LOGIN, 403, 200, 200, 403, 403),
     row("get", "/annotation/studies/", None, LOGIN, 403, 403, 403, 200, 200),
     row("post", "/annotation/studies/", "form", LOGIN, 403, 403, 403, 403, 200),
     row("get", "/annotation/studies/{study}/", None, LOGIN, 403, 403, 403, 200, 200),

@@ -83,8 +83,11 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"cannot read {opts['instructions']}: {exc}"
                 ) from exc
-        if opts["lease_minutes"] <= 0:
-            raise CommandError("--lease-minutes must be positive")
+        if not 0 < opts["lease_minutes"] <= services.MAX_LEASE_MINUTES:
+            raise CommandError(
+                f"--lease-minutes must be positive and at most "
+                f"{services.MAX_LEASE_MINUTES} (7 days)"
+            )
         try:
             systems = selectors.systems_by_names(
                 datasets=datasets, names=opts["systems"]
