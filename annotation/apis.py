@@ -320,7 +320,8 @@ class StudyMemberListApi(APIView):
 
 class StudyReportApi(APIView):
     """The study's analysis as JSON (staff only: it holds annotator flags keyed by
-    pseudonym). ``?exclude_system=NAME`` (repeatable) leaves a system's contests out."""
+    pseudonym). ``?exclude_system=NAME`` (repeatable) leaves a system's contests out;
+    ``?system=NAME`` adds that system's slices to ``inference.slices``."""
 
     permission_classes = [permissions.IsAdminUser]
 
@@ -328,6 +329,8 @@ class StudyReportApi(APIView):
     def get(self, request: Request, study_id: int) -> Response:
         study = selectors.study_get(user=request.user, study_id=study_id)
         report, _names = services.study_report_build(
-            study=study, exclude_systems=request.query_params.getlist("exclude_system")
+            study=study,
+            exclude_systems=request.query_params.getlist("exclude_system"),
+            focus_system=request.query_params.get("system", ""),
         )
         return Response(report)

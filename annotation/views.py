@@ -238,20 +238,29 @@ def _flag_rows(report: dict, names: dict[str, str]) -> list[dict]:
     ]
 
 
+def _slice_rows(report: dict) -> list[dict]:
+    """The inference slices as table rows, in the report's order."""
+    slices = (report.get("inference") or {}).get("slices") or {}
+    return [{"name": name, **figures} for name, figures in slices.items()]
+
+
 @login_required
 def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
     """The study's analysis with SVG plots (staff only: it shows annotator flags).
-    ``?exclude_system=NAME`` (repeatable) restricts it to a subset."""
+    ``?exclude_system=NAME`` (repeatable) restricts it to a subset; ``?system=NAME``
+    adds the slices of one system (RCP favours it, its win rate, its contests)."""
     _staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     systems = sorted(set(study.systems.values_list("name", flat=True)))
     exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
+    focus = request.GET.get("system", "")
+    focus = focus if focus in systems and focus not in exclude else ""
     error = None
     report: dict = {}
     names: dict[str, str] = {}
     try:
         report, names = services.study_report_build(
-            study=study, exclude_systems=exclude
+            study=study, exclude_systems=exclude, focus_system=focus
         )
     except ApplicationError as exc:
         error = exc.message
@@ -286,6 +295,8 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             "annotators": annotators,
             "systems": systems,
             "excluded": exclude,
+            "focus": focus,
+            "slices": _slice_rows(report),
         },
     )
 

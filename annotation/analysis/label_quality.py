@@ -125,6 +125,28 @@ def ece(
     return Calibration(value, n, out)
 
 
+TIE_RELATIVE = 1e-9
+
+
+def _snap_ties(values: np.ndarray) -> np.ndarray:
+    """Means equal in exact arithmetic can differ in the last bits (0.1 + 0.2 over 2
+    is not 0.15 in floats), which would rank an exact tie as a strict order. Values
+    within ``TIE_RELATIVE`` of the largest magnitude of their neighbour (sorted, chained)
+    are set to the group's first value, so they get scipy's averaged tie ranks."""
+    out = values.astype(np.float64).copy()
+    if len(out) < 2:
+        return out
+    order = np.argsort(out, kind="stable")
+    scale = max(1.0, float(np.abs(out).max()))
+    start = out[order[0]]
+    for prev, cur in zip(order[:-1], order[1:], strict=True):
+        if values[cur] - values[prev] <= TIE_RELATIVE * scale:
+            out[cur] = start
+        else:
+            start = out[cur]
+    return out
+
+
 def query_spearman(
     query_ids: Sequence[str],
     scores: Sequence[float] | np.ndarray,
@@ -132,7 +154,8 @@ def query_spearman(
 ) -> float | None:
     """Spearman, across queries, of the per-query mean score against the per-query
     mean grade (one entry per document; every document weighs the same). None with
-    fewer than 3 queries or a constant side."""
+    fewer than 3 queries or a constant side. Means equal up to float rounding are
+    exact ties (``_snap_ties``) and share their averaged rank, as in scipy."""
     s = np.asarray(scores, dtype=np.float64)
     g = np.asarray(grades, dtype=np.float64)
     if not (len(query_ids) == len(s) == len(g)):
@@ -143,8 +166,8 @@ def query_spearman(
     if len(keys) < 3:
         return None
     cnt = np.bincount(inv)
-    mean_s = np.bincount(inv, s) / cnt
-    mean_g = np.bincount(inv, g) / cnt
+    mean_s = _snap_ties(np.bincount(inv, s) / cnt)
+    mean_g = _snap_ties(np.bincount(inv, g) / cnt)
     if np.ptp(mean_s) == 0 or np.ptp(mean_g) == 0:
         return None
     rho = float(spearmanr(mean_s, mean_g).statistic)

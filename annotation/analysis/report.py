@@ -32,7 +32,6 @@ from annotation.analysis.picks import (
     TIE_MARGIN,
     annotator_pick,
     displayed_docs,
-    majority_verdict,
 )
 from annotation.analysis.quality import FlagRules, ReviewSummary, annotator_quality
 from annotation.analysis.reliability import (
@@ -42,6 +41,8 @@ from annotation.analysis.reliability import (
     pick_agreement,
     within_one_share,
 )
+from annotation.analysis.rules import verdict_by_rule
+from annotation.analysis.slices import inference_section
 from annotation.analysis.verdicts import VERDICT_CLASSES, contest_metrics, verdict_class
 
 __all__ = ["Annotation", "Contest", "StudyConfig", "json_safe", "study_report"]
@@ -66,6 +67,10 @@ class Contest:
     bt_raw: Mapping[str, float] = field(default_factory=dict)
     calibrated: Mapping[str, float] = field(default_factory=dict)
     design_cell: str = ""
+    # Optional context for the report's slices (issue 14): dataset and system names.
+    dataset: str = ""
+    system_a: str = ""
+    system_b: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,11 @@ class StudyConfig:
     bands: tuple[float, ...] = MARGIN_BANDS
     ece_bins: int = ECE_BINS
     flag_rules: FlagRules = FlagRules()
+    # Issue 14: how picks become verdicts ("majority" | "plurality", rules.py), the
+    # system whose slices the inference section adds ("" = none), and the Spearman
+    # tie tolerance is in label_quality.
+    verdict_rule: str = "majority"
+    focus_system: str = ""
 
 
 def json_safe(value: Any) -> Any:
@@ -223,11 +233,14 @@ def _collect(
                 _consistent(out.doc_bt, key, float(c.bt_raw[d]), "raw BT scores")
             if d in c.calibrated:
                 _consistent(out.doc_cal, key, float(c.calibrated[d]), "calibrated")
-        verdict = majority_verdict(picks)
+        verdict = verdict_by_rule(picks, cfg.verdict_rule)
         out.rows.append(
             {
                 "contest_id": c.contest_id,
                 "query_id": c.query_id,
+                "dataset": c.dataset,
+                "system_a": c.system_a,
+                "system_b": c.system_b,
                 "design_cell": c.design_cell,
                 "picks": {p: picks.count(p) for p in ("A", "B", "tie")},
                 "verdict": verdict,
@@ -372,6 +385,7 @@ def study_report(
         **_agreement_section(col, cfg),
         **_label_section(col, cfg),
         **_reliability_section(col, cfg),
+        "inference": inference_section(col, cfg),
         "per_contest": col.rows,
     }
     return json_safe(report)

@@ -15,6 +15,7 @@ from calibration.models import CalibrationFit, FitStatus
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from .. import sampling, selectors
+from ..analysis.rules import VERDICT_RULES
 from ..models import Contest, ContestDocument, Rubric, Study, StudyStatus
 
 METRIC_K = 10
@@ -145,14 +146,25 @@ def study_create(
     collect_comments: bool = True,
     created_by: Any = None,
     open_now: bool = False,
+    metric_k: int = METRIC_K,
+    verdict_rule: str = "majority",
 ) -> Study:
     """Create a study with its rubric v1 and sampled contests (status draft, or open).
 
-    Contests are drawn by ``study_plan`` (seeded, quotas per design cell); each stores
-    both top-k lists and their de-duplicated union. All or nothing.
+    Contests are drawn by ``study_plan`` (seeded, quotas per design cell) with the
+    design cells taken at depth ``metric_k`` (the draw depth); each stores both
+    top-k lists and their de-duplicated union. ``verdict_rule`` ("majority" or
+    "plurality", ``analysis.rules``) is recorded in ``design`` and used by every
+    report and release of the study. All or nothing.
     """
     if Study.objects.filter(name=name).exists():
         raise ConflictError(f"study {name!r} exists already")
+    if verdict_rule not in VERDICT_RULES:
+        raise ApplicationError(
+            f"unknown verdict rule {verdict_rule!r}; use one of {', '.join(VERDICT_RULES)}"
+        )
+    if not 1 <= metric_k <= 1000:
+        raise ApplicationError("the draw depth (metric_k) must be between 1 and 1000")
     planned = study_plan(
         datasets=datasets,
         systems=systems,
@@ -161,6 +173,7 @@ def study_create(
         quotas=quotas,
         seed=seed,
         fit=fit,
+        metric_k=metric_k,
     )
     study = Study(
         name=name,
@@ -172,7 +185,11 @@ def study_create(
         lease_duration=lease_duration,
         instructions=DEFAULT_INSTRUCTIONS if instructions is None else instructions,
         seed=seed,
-        design={"metric_k": METRIC_K, **planned.summary()},
+        design={
+            "metric_k": metric_k,
+            "verdict_rule": verdict_rule,
+            **planned.summary(),
+        },
         created_by=created_by,
     )
     study.full_clean()

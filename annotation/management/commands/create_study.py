@@ -55,6 +55,18 @@ class Command(BaseCommand):
         parser.add_argument("--no-comments", action="store_true")
         parser.add_argument("--instructions", help="Markdown file (default: built-in)")
         parser.add_argument("--open", action="store_true", help="open it at once")
+        parser.add_argument(
+            "--metric-k",
+            type=int,
+            default=services.METRIC_K,
+            help="draw depth: nDCG cut-off that places pairs in design cells (10)",
+        )
+        parser.add_argument(
+            "--verdict-rule",
+            choices=("majority", "plurality"),
+            default="majority",
+            help="how picks become verdicts (strict majority of all picks, default)",
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         datasets = []
@@ -104,6 +116,8 @@ class Command(BaseCommand):
                 collect_order=opts["collect_order"],
                 collect_comments=not opts["no_comments"],
                 open_now=opts["open"],
+                metric_k=opts["metric_k"],
+                verdict_rule=opts["verdict_rule"],
             )
         except ApplicationError as exc:
             raise CommandError(f"{exc.message}\nNo study was created.") from exc
