@@ -260,6 +260,31 @@ class StudyPlanApi(APIView):
         return Response(PlanOutput(planned.summary()).data)
 
 
+class StudyPowerApi(APIView):
+    """Power planner: contests needed for a target power, and the power of a size.
+    ``study`` (id) fills a missing chance rate / counted share from its contests."""
+
+    class PowerInput(serializers.Serializer):
+        true_rate = serializers.FloatField()
+        chance_rate = serializers.FloatField(required=False)
+        counted_share = serializers.FloatField(required=False)
+        power = serializers.FloatField(default=0.8)
+        alpha = serializers.FloatField(default=0.05)
+        design_effect = serializers.FloatField(default=1.0)
+        one_sided = serializers.BooleanField(default=False)
+        contests = serializers.IntegerField(required=False, min_value=1)
+        study = serializers.IntegerField(required=False)
+
+    @extend_schema(parameters=[PowerInput], responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        data = self.PowerInput(data=request.query_params)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        if "study" in v:
+            v["study"] = selectors.study_get(user=request.user, study_id=v["study"])
+        return Response(services.power_plan_build(**v))
+
+
 class StudyDetailApi(APIView):
     """A study with its live monitoring figures."""
 

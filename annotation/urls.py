@@ -8,6 +8,7 @@ app_name = "annotation"
 urlpatterns = [
     path("", views.home, name="home"),
     path("studies/", views.study_list, name="study-list"),
+    path("studies/power", views.study_power, name="study-power"),
     path("studies/<int:study_id>/", views.study_detail, name="study-detail"),
     path("studies/<int:study_id>/grading", views.grading, name="grading"),
     path("studies/<int:study_id>/report", views.study_report, name="study-report"),
@@ -44,6 +45,7 @@ urlpatterns = [
 api_urlpatterns = [
     path("studies", apis.StudyListApi.as_view(), name="study-list"),
     path("studies/plan", apis.StudyPlanApi.as_view(), name="study-plan"),
+    path("studies/power", apis.StudyPowerApi.as_view(), name="study-power"),
     path("studies/<int:study_id>", apis.StudyDetailApi.as_view(), name="study-detail"),
     path(
         "studies/<int:study_id>/report",

@@ -23,7 +23,7 @@ from benchmarks.models import Dataset, System
 from rcp_platform.exceptions import ApplicationError
 
 from . import markdown, plots, sampling, selectors, services
-from .models import ReleaseStatus
+from .models import ReleaseStatus, Study
 
 
 def _reader(request: HttpRequest) -> None:
@@ -224,6 +224,48 @@ def study_action(request: HttpRequest, study_id: int, action: str) -> HttpRespon
     except ApplicationError as exc:
         messages.error(request, exc.message)
     return redirect("annotation:study-detail", study_id=study.pk)
+
+
+# ---------------------------------------------------------------------------- planning
+
+
+class PowerForm(forms.Form):
+    """Inputs of the power planner (all shares are fractions, e.g. 0.62)."""
+
+    true_rate = forms.FloatField(min_value=0.0, max_value=1.0, initial=0.62)
+    chance_rate = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    counted_share = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    # Left empty, these take the planner's defaults (0.8, 0.05, 1).
+    power = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    alpha = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    design_effect = forms.FloatField(min_value=1.0, required=False)
+    one_sided = forms.BooleanField(required=False)
+    contests = forms.IntegerField(min_value=1, required=False)
+    study = forms.ModelChoiceField(queryset=Study.objects.none(), required=False)
+
+    def __init__(self, *args: object, user: object = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["study"].queryset = selectors.study_list(user=user)  # type: ignore[attr-defined]
+
+
+@login_required
+def study_power(request: HttpRequest) -> HttpResponse:
+    """The power planner page: contests needed for a target power, power of a size.
+    A study fills a missing chance rate and counted share from its contests."""
+    _reader(request)
+    form = PowerForm(request.GET or None, user=request.user)
+    plan, error = None, None
+    if form.is_bound and form.is_valid():
+        values = {k: v for k, v in form.cleaned_data.items() if v is not None}
+        try:
+            plan = services.power_plan_build(**values)
+        except ApplicationError as exc:
+            error = exc.message
+    return render(
+        request,
+        "annotation/study_power.html",
+        {"form": form, "plan": plan, "error": error},
+    )
 
 
 # ---------------------------------------------------------------------------- reports

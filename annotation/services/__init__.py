@@ -22,6 +22,7 @@ from .assignment import (
     assignment_submit,
     grade_of,
 )
+from .planning import power_plan_build
 from .releases import (
     release_build,
     release_export,
@@ -69,6 +70,7 @@ __all__ = [
     "release_build",
     "release_export",
     "release_folder",
+    "power_plan_build",
     "release_report",
     "release_request",
     "release_retry",
