@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from benchmarks.selectors import dataset_get
 
-from . import selectors, services
+from . import sampling, selectors, services
 
 
 class IsAnnotator(permissions.BasePermission):
@@ -161,6 +161,14 @@ class PlanInput(serializers.Serializer):
         child=serializers.FloatField(min_value=0, max_value=1), required=False
     )
     seed = serializers.IntegerField(min_value=0, default=0)
+    # Design controls (issue 14), all optional.
+    metric_k = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+    dataset_quotas = serializers.DictField(
+        child=serializers.FloatField(min_value=0, max_value=1), required=False
+    )
+    balance_pairs = serializers.BooleanField(default=False)
+    max_per_query = serializers.IntegerField(min_value=1, required=False)
+    concordant_controls = serializers.BooleanField(default=True)
 
 
 def _plan_kwargs(request: Request, data: dict[str, Any]) -> dict[str, Any]:
@@ -173,6 +181,13 @@ def _plan_kwargs(request: Request, data: dict[str, Any]) -> dict[str, Any]:
         "depth": data["depth"],
         "quotas": data.get("quotas") or None,
         "seed": data["seed"],
+        "metric_k": data["metric_k"],
+        "controls": sampling.Controls(
+            dataset_quotas=data.get("dataset_quotas") or None,
+            balance_pairs=data["balance_pairs"],
+            max_per_query=data.get("max_per_query"),
+            concordant_controls=data["concordant_controls"],
+        ),
     }
 
 
@@ -183,6 +198,9 @@ class PlanOutput(serializers.Serializer):
     available = serializers.DictField(child=serializers.IntegerField())
     requested = serializers.DictField(child=serializers.IntegerField())
     drawn = serializers.DictField(child=serializers.IntegerField())
+    by_dataset = serializers.DictField(child=serializers.IntegerField())
+    controls = serializers.JSONField()
+    metric_k = serializers.IntegerField()
 
 
 class StudyOutput(serializers.Serializer):
@@ -221,6 +239,9 @@ class StudyListApi(APIView):
         instructions = serializers.CharField(required=False, allow_blank=True)
         questions = RubricQuestionOutput(many=True, required=False)
         open = serializers.BooleanField(default=False)
+        verdict_rule = serializers.ChoiceField(
+            choices=["majority", "plurality"], default="majority"
+        )
 
     @extend_schema(responses=StudyOutput(many=True))
     def get(self, request: Request) -> Response:
@@ -243,6 +264,7 @@ class StudyListApi(APIView):
             collect_comments=v["collect_comments"],
             instructions=v.get("instructions"),
             questions=v.get("questions"),
+            verdict_rule=v["verdict_rule"],
             created_by=request.user,
             open_now=v["open"],
         )

@@ -35,6 +35,7 @@ from annotation.analysis.inference import (
 from annotation.analysis.label_quality import ece, query_spearman
 from annotation.analysis.rules import VERDICT_RULES, verdict_by_rule
 from annotation.analysis.verdicts import verdict_class
+from annotation.sampling import CELLS, classify
 
 __all__ = ["inference_section", "rate_inference", "win_rate_inference"]
 
@@ -390,6 +391,27 @@ def _jackknives(col: Any, cfg: Any) -> dict[str, Any]:
     }
 
 
+def cells_by_depth(rows: Sequence[dict], k: int) -> dict[str, Any]:
+    """Design cell at the draw depth (``design_cell``) against the cell its shown
+    depth-k margins give (``sampling.classify`` of the shown margins): a count per
+    (drawn, shown) pair and how many contests moved. ``draw_depth`` is filled by the
+    service, which knows the study's ``metric_k``."""
+    table: dict[str, dict[str, int]] = {}
+    changed = 0
+    for r in rows:
+        drawn = r["design_cell"] or "unknown"
+        shown = classify(r["rcp_margin"], r["qrel_margin"])
+        table.setdefault(drawn, dict.fromkeys(CELLS, 0))[shown] += 1
+        changed += drawn != shown
+    return {
+        "draw_depth": None,
+        "shown_depth": k,
+        "contests": len(rows),
+        "changed": changed,
+        "table": {cell: table[cell] for cell in sorted(table)},
+    }
+
+
 def inference_section(col: Any, cfg: Any) -> dict[str, Any]:
     """The ``inference`` key of the report (README.md, "Inference")."""
     rows = col.rows
@@ -415,6 +437,7 @@ def inference_section(col: Any, cfg: Any) -> dict[str, Any]:
         "hit_rates": _hit_rate_intervals(rows, panels, cfg.bands),
         "verdict_rules": _verdict_rules(rows, col.panel),
         "jackknife": _jackknives(col, cfg),
+        "cells_by_depth": cells_by_depth(rows, cfg.k),
     }
 
 

@@ -336,8 +336,10 @@ def tables_report(
     exclude_systems: Collection[str] = (),
     verdict_rule: str = "majority",
     focus_system: str = "",
+    draw_depth: int | None = None,
 ) -> dict[str, Any]:
     """``study_report`` of (a subset of) release tables, with the subset recorded.
+    ``draw_depth`` (the study's ``metric_k``) labels ``inference.cells_by_depth``.
 
     ``verdict_rule`` is the study's setting (``rules.VERDICT_RULES``); ``focus_system``
     names the system whose slices the inference section adds (ApplicationError when
@@ -359,6 +361,7 @@ def tables_report(
     except ValueError as exc:
         raise ApplicationError(f"cannot analyse this study: {exc}") from exc
     report["subset"] = {"exclude_systems": sorted(exclude_systems)}
+    report["inference"]["cells_by_depth"]["draw_depth"] = draw_depth
     return report
 
 
@@ -431,6 +434,7 @@ def study_report_build(
         exclude_systems=exclude_systems,
         verdict_rule=study_verdict_rule(study),
         focus_system=focus_system,
+        draw_depth=(study.design or {}).get("metric_k"),
     )
     users = dict(
         get_user_model()
@@ -453,11 +457,12 @@ def release_report(
             "invalid release: " + "; ".join(exc.errors[:10])
         ) from exc
     k = int(manifest["analysis"]["k"])
-    rule = str((manifest.get("design") or {}).get("verdict_rule") or "majority")
+    design = manifest.get("design") or {}
     return tables_report(
         tables,
         k=k,
         exclude_systems=exclude_systems,
-        verdict_rule=rule,
+        verdict_rule=str(design.get("verdict_rule") or "majority"),
         focus_system=focus_system,
+        draw_depth=design.get("metric_k"),
     )

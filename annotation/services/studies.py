@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,15 +55,20 @@ class StudyPlan:
     fit: CalibrationFit
     plan: sampling.Plan
     candidates: int
+    metric_k: int = METRIC_K
 
     def summary(self) -> dict[str, Any]:
         return {
             "fit": self.fit.pk,
             "candidates": self.candidates,
+            "metric_k": self.metric_k,
             "quotas": self.plan.quotas,
             "available": self.plan.available,
             "requested": self.plan.requested,
             "drawn": self.plan.drawn,
+            "by_dataset": self.plan.by_dataset
+            or dict(Counter(d.candidate.key[0] for d in self.plan.draws)),
+            "controls": self.plan.controls or sampling.Controls().as_dict(),
         }
 
 
@@ -76,6 +82,7 @@ def study_plan(
     seed: int = 0,
     fit: CalibrationFit | None = None,
     metric_k: int = METRIC_K,
+    controls: sampling.Controls | None = None,
 ) -> StudyPlan:
     """Sample contests without writing anything (the preview of ``study_create``).
 
@@ -107,10 +114,12 @@ def study_plan(
         fit=fit, systems=systems, depth=depth, metric_k=metric_k
     )
     try:
-        plan = sampling.draw(candidates, n=n_contests, quotas=quotas, seed=seed)
+        plan = sampling.draw(
+            candidates, n=n_contests, quotas=quotas, seed=seed, controls=controls
+        )
     except ValueError as exc:
         raise ApplicationError(str(exc)) from exc
-    return StudyPlan(fit=fit, plan=plan, candidates=len(candidates))
+    return StudyPlan(fit=fit, plan=plan, candidates=len(candidates), metric_k=metric_k)
 
 
 @transaction.atomic
@@ -148,6 +157,7 @@ def study_create(
     open_now: bool = False,
     metric_k: int = METRIC_K,
     verdict_rule: str = "majority",
+    controls: sampling.Controls | None = None,
 ) -> Study:
     """Create a study with its rubric v1 and sampled contests (status draft, or open).
 
@@ -174,6 +184,7 @@ def study_create(
         seed=seed,
         fit=fit,
         metric_k=metric_k,
+        controls=controls,
     )
     study = Study(
         name=name,
@@ -185,11 +196,7 @@ def study_create(
         lease_duration=lease_duration,
         instructions=DEFAULT_INSTRUCTIONS if instructions is None else instructions,
         seed=seed,
-        design={
-            "metric_k": metric_k,
-            "verdict_rule": verdict_rule,
-            **planned.summary(),
-        },
+        design={"verdict_rule": verdict_rule, **planned.summary()},
         created_by=created_by,
     )
     study.full_clean()

@@ -102,3 +102,76 @@ def test_verdict_rule_and_draw_depth_are_study_settings(admin_user):
         )
     report, _ = study_report_build(study=study)
     assert report["inference"]["verdict_rule"] == "plurality"
+
+
+def test_design_controls_reach_the_study_from_command_and_api(world, admin_user):
+    """create_study flags and the plan API carry the controls into sampling: no
+    concordant contest, at most one per query, balanced pairs, recorded in design."""
+    from collections import Counter
+
+    from tests.annotation.test_commands import _create
+
+    _create(world, "--no-controls", "--max-per-query", "2", "--balance-pairs",
+            "--verdict-rule", "plurality", "--metric-k", "5", "--contests", "5")  # fmt: skip
+    from annotation.models import Study
+
+    study = Study.objects.get(name="cli")
+    rows = list(Contest.objects.filter(study=study))
+    assert len(rows) == 5 and all(r.cell != "concordant" for r in rows)
+    assert max(Counter(r.query_id for r in rows).values()) <= 2
+    assert study.design["controls"] == {
+        "dataset_quotas": None,
+        "balance_pairs": True,
+        "max_per_query": 2,
+        "concordant_controls": False,
+    }
+    assert study.design["metric_k"] == 5 and study.design["verdict_rule"] == "plurality"
+    assert study.design["quotas"]["concordant"] == 0.0
+    client = Client()
+    client.force_login(admin_user)
+    body = {
+        "datasets": [world.dataset.name],
+        "systems": [s.name for s in world.systems],
+        "contests": 6,
+        "concordant_controls": False,
+        "dataset_quotas": {world.dataset.name: 1.0},
+    }
+    plan = client.post("/api/v1/studies/plan", body, content_type="application/json")
+    assert plan.status_code == 200, plan.content
+    out = plan.json()
+    assert out["drawn"]["concordant"] == 0 and sum(out["drawn"].values()) == 6
+    assert out["by_dataset"] == {world.dataset.name: 6}
+    assert out["controls"]["concordant_controls"] is False and out["metric_k"] == 10
+    tight = client.post(
+        "/api/v1/studies/plan",
+        {**body, "contests": 9, "concordant_controls": True, "max_per_query": 1},
+        content_type="application/json",
+    )
+    assert tight.status_code == 400 and "cap of 1" in json.dumps(tight.json())
+
+
+def test_report_shows_cells_at_draw_and_shown_depth(simulated_study, admin_user):
+    """The cross-table recomputed from per-contest rows with sampling.classify; the
+    page shows it labelled with the study's draw depth."""
+    from annotation.sampling import classify
+
+    study, _ = simulated_study
+    report, _ = study_report_build(study=study)
+    got = report["inference"]["cells_by_depth"]
+    assert got["draw_depth"] == study.design["metric_k"] == 10
+    assert got["shown_depth"] == study.depth
+    moved = sum(
+        r["design_cell"] != classify(r["rcp_margin"], r["qrel_margin"])
+        for r in report["per_contest"]
+    )
+    assert got["changed"] == moved
+    assert sum(sum(v.values()) for v in got["table"].values()) == report["contests"]
+    for r in report["per_contest"][:5]:
+        assert (
+            got["table"][r["design_cell"]][classify(r["rcp_margin"], r["qrel_margin"])]
+            >= 1
+        )
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(f"/annotation/studies/{study.pk}/report").content.decode()
+    assert f'id="cells-changed">{moved}<' in page and "nDCG@10" in page

@@ -62,6 +62,26 @@ class Command(BaseCommand):
             help="draw depth: nDCG cut-off that places pairs in design cells (10)",
         )
         parser.add_argument(
+            "--dataset-quota",
+            action="append",
+            default=[],
+            metavar="DATASET=SHARE",
+            help="share of contests from a dataset (repeatable; others split the rest)",
+        )
+        parser.add_argument(
+            "--balance-pairs",
+            action="store_true",
+            help="within each cell, system pairs take turns",
+        )
+        parser.add_argument(
+            "--max-per-query", type=int, help="at most this many contests per query"
+        )
+        parser.add_argument(
+            "--no-controls",
+            action="store_true",
+            help="no concordant controls: only the two discordant cells",
+        )
+        parser.add_argument(
             "--verdict-rule",
             choices=("majority", "plurality"),
             default="majority",
@@ -79,6 +99,12 @@ class Command(BaseCommand):
             quotas = dict(_quota(q) for q in opts["quota"]) or None
             if quotas:
                 sampling.resolve_quotas(quotas)
+            controls = sampling.Controls(
+                dataset_quotas=dict(_quota(q) for q in opts["dataset_quota"]) or None,
+                balance_pairs=opts["balance_pairs"],
+                max_per_query=opts["max_per_query"],
+                concordant_controls=not opts["no_controls"],
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         fit = None
@@ -118,6 +144,7 @@ class Command(BaseCommand):
                 open_now=opts["open"],
                 metric_k=opts["metric_k"],
                 verdict_rule=opts["verdict_rule"],
+                controls=controls,
             )
         except ApplicationError as exc:
             raise CommandError(f"{exc.message}\nNo study was created.") from exc
