@@ -365,6 +365,46 @@ class StudyMemberListApi(APIView):
         )
 
 
+class StudyAnalysisPlanApi(APIView):
+    """The study's analysis plan: GET the effective and registered plan; POST (staff,
+    draft studies only) sets entries of the plan, frozen when the study opens."""
+
+    class PlanEntriesInput(serializers.Serializer):
+        primary_endpoint = serializers.ChoiceField(
+            choices=["main", "disagreements"], required=False
+        )
+        slices = serializers.ListField(child=serializers.CharField(), required=False)
+        alpha = serializers.FloatField(required=False)
+        planned_contests = serializers.IntegerField(min_value=1, required=False)
+        stopping_rule = serializers.ChoiceField(
+            choices=["fixed", "obrien_fleming", "pocock"], required=False
+        )
+
+    @staticmethod
+    def _out(study: Any) -> dict[str, Any]:
+        return {
+            "effective": services.study_plan_effective(study),
+            "registered": study.registered_plan,
+            "registered_at": study.registered_at,
+        }
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, study_id: int) -> Response:
+        study = selectors.study_get(user=request.user, study_id=study_id)
+        return Response(self._out(study))
+
+    @extend_schema(request=PlanEntriesInput, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, study_id: int) -> Response:
+        study = selectors.study_get(user=request.user, study_id=study_id)
+        data = self.PlanEntriesInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        plan = dict(data.validated_data)
+        if "stopping_rule" in plan:
+            plan["stopping_rule"] = {"kind": plan["stopping_rule"]}
+        study = services.study_analysis_plan_set(study=study, plan=plan)
+        return Response(self._out(study))
+
+
 class StudyReportApi(APIView):
     """The study's analysis as JSON (staff only: it holds annotator flags keyed by
     pseudonym). ``?exclude_system=NAME`` (repeatable) leaves a system's contests out;
@@ -375,7 +415,7 @@ class StudyReportApi(APIView):
     @extend_schema(responses=OpenApiTypes.OBJECT)  # the report's own nested shape
     def get(self, request: Request, study_id: int) -> Response:
         study = selectors.study_get(user=request.user, study_id=study_id)
-        report, _names = services.study_report_build(
+        report, _names = services.study_report_requested(
             study=study,
             exclude_systems=request.query_params.getlist("exclude_system"),
             focus_system=request.query_params.get("system", ""),

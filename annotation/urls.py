@@ -48,6 +48,11 @@ api_urlpatterns = [
     path("studies/power", apis.StudyPowerApi.as_view(), name="study-power"),
     path("studies/<int:study_id>", apis.StudyDetailApi.as_view(), name="study-detail"),
     path(
+        "studies/<int:study_id>/plan",
+        apis.StudyAnalysisPlanApi.as_view(),
+        name="study-analysis-plan",
+    ),
+    path(
         "studies/<int:study_id>/report",
         apis.StudyReportApi.as_view(),
         name="study-report",

@@ -301,7 +301,7 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
     report: dict = {}
     names: dict[str, str] = {}
     try:
-        report, names = services.study_report_build(
+        report, names = services.study_report_requested(
             study=study, exclude_systems=exclude, focus_system=focus
         )
     except ApplicationError as exc:

@@ -22,6 +22,11 @@ from .assignment import (
     assignment_submit,
     grade_of,
 )
+from .looks import (
+    study_analysis_plan_set,
+    study_plan_effective,
+    study_report_requested,
+)
 from .planning import power_plan_build
 from .releases import (
     release_build,
@@ -71,6 +76,9 @@ __all__ = [
     "release_export",
     "release_folder",
     "power_plan_build",
+    "study_analysis_plan_set",
+    "study_plan_effective",
+    "study_report_requested",
     "release_report",
     "release_request",
     "release_retry",

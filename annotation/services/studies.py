@@ -18,6 +18,7 @@ from rcp_platform.exceptions import ApplicationError, ConflictError
 from .. import sampling, selectors
 from ..analysis.rules import VERDICT_RULES
 from ..models import Contest, ContestDocument, Rubric, Study, StudyStatus
+from .looks import study_analysis_plan_set, study_plan_register
 
 METRIC_K = 10
 
@@ -158,6 +159,7 @@ def study_create(
     metric_k: int = METRIC_K,
     verdict_rule: str = "majority",
     controls: sampling.Controls | None = None,
+    analysis_plan: Mapping[str, Any] | None = None,
 ) -> Study:
     """Create a study with its rubric v1 and sampled contests (status draft, or open).
 
@@ -165,7 +167,8 @@ def study_create(
     design cells taken at depth ``metric_k`` (the draw depth); each stores both
     top-k lists and their de-duplicated union. ``verdict_rule`` ("majority" or
     "plurality", ``analysis.rules``) is recorded in ``design`` and used by every
-    report and release of the study. All or nothing.
+    report and release of the study. ``analysis_plan`` (``looks.PLAN_KEYS`` but the
+    verdict rule) is registered when the study opens. All or nothing.
     """
     if Study.objects.filter(name=name).exists():
         raise ConflictError(f"study {name!r} exists already")
@@ -204,6 +207,8 @@ def study_create(
     study.datasets.set(datasets)
     study.systems.set(systems)
     rubric_create(study=study, questions=questions or DEFAULT_QUESTIONS)
+    if analysis_plan:
+        study = study_analysis_plan_set(study=study, plan=analysis_plan)
     contests: list[Contest] = []
     lists: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     for position, drawn in enumerate(planned.plan.draws, start=1):
@@ -262,7 +267,8 @@ def study_open(*, study: Study) -> Study:
     study.closed_at = None
     study.full_clean()
     study.save(update_fields=["status", "opened_at", "closed_at"])
-    return study
+    # Pre-registration: the first opening freezes the analysis plan (issue 14).
+    return study_plan_register(study=study)
 
 
 @transaction.atomic

@@ -82,6 +82,19 @@ class Command(BaseCommand):
             help="no concordant controls: only the two discordant cells",
         )
         parser.add_argument(
+            "--stopping-rule",
+            choices=("fixed", "obrien_fleming", "pocock"),
+            default="fixed",
+            help="pre-registered stopping rule (alpha spending for interim looks)",
+        )
+        parser.add_argument("--alpha", type=float, default=0.05)
+        parser.add_argument(
+            "--endpoint",
+            choices=("main", "disagreements"),
+            default="main",
+            help="pre-registered primary endpoint",
+        )
+        parser.add_argument(
             "--verdict-rule",
             choices=("majority", "plurality"),
             default="majority",
@@ -145,6 +158,11 @@ class Command(BaseCommand):
                 metric_k=opts["metric_k"],
                 verdict_rule=opts["verdict_rule"],
                 controls=controls,
+                analysis_plan={
+                    "primary_endpoint": opts["endpoint"],
+                    "alpha": opts["alpha"],
+                    "stopping_rule": {"kind": opts["stopping_rule"]},
+                },
             )
         except ApplicationError as exc:
             raise CommandError(f"{exc.message}\nNo study was created.") from exc

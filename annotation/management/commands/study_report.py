@@ -76,6 +76,26 @@ def _inference(out: Callable[[str], None], inf: dict) -> None:
         )
 
 
+def _plan(out: Callable[[str], None], plan: dict, seq: dict) -> None:
+    """The registered plan, its deviations and the interim looks as text."""
+    p = plan["effective"]
+    when = plan["registered_at"] or "not registered"
+    out(
+        f"plan ({when}): endpoint {p['primary_endpoint']}, rule {p['verdict_rule']}, "
+        f"alpha {p['alpha']}, {p['planned_contests']} contests, stopping "
+        f"{p['stopping_rule']['kind']}"
+    )
+    for item in plan["deviations"]:
+        out(f"  deviation: {item}")
+    out(f"looks ({seq['label']}):")
+    for look in seq["looks"]:
+        out(
+            f"  {look['look']}: information {look['information']:.2f}, "
+            f"rate {_p(look['rate'])} ({look['k']}/{look['n']}), z {_p(look['z'])}, "
+            f"boundary {_p(look['boundary'])}, crossed {look['crossed']}"
+        )
+
+
 class Command(BaseCommand):
     help = (
         "Report whether annotators side with RCP-nDCG or qrel-nDCG: from a study "
@@ -112,7 +132,7 @@ class Command(BaseCommand):
                 )
             else:
                 study = selectors.study_by_ref(ref=str(opts["study"]))
-                report, _names = services.study_report_build(
+                report, _names = services.study_report_requested(
                     study=study,
                     exclude_systems=exclude,
                     focus_system=str(opts["system"]),
@@ -141,3 +161,5 @@ class Command(BaseCommand):
         )
         out(f"  leave-one-annotator-out range: {report['loo_range']}")
         _inference(out, report["inference"])
+        if "plan" in report:
+            _plan(out, report["plan"], report["sequential"])
