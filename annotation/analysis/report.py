@@ -29,6 +29,7 @@ from annotation.analysis.label_quality import (
     query_spearman,
 )
 from annotation.analysis.picks import (
+    PICKS,
     TIE_MARGIN,
     annotator_pick,
     displayed_docs,
@@ -43,7 +44,12 @@ from annotation.analysis.reliability import (
 )
 from annotation.analysis.rules import verdict_by_rule
 from annotation.analysis.slices import inference_section
-from annotation.analysis.verdicts import VERDICT_CLASSES, contest_metrics, verdict_class
+from annotation.analysis.verdicts import (
+    VERDICT_CLASSES,
+    ContestMetrics,
+    contest_metrics,
+    verdict_class,
+)
 
 __all__ = ["Annotation", "Contest", "StudyConfig", "json_safe", "study_report"]
 
@@ -71,6 +77,10 @@ class Contest:
     dataset: str = ""
     system_a: str = ""
     system_b: str = ""
+    # A published study (reference layout) gives the shown metrics instead of lists
+    # and gains: (rcp margin, qrel margin, rcp winner, qrel winner). Then no label
+    # quality is computed, and reliability uses the grades as given.
+    shown_metrics: tuple[float, float, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,7 @@ class Annotation:
     seconds: Mapping[str, float] = field(default_factory=dict)
     answers: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"C1": True, ...}
     valid: bool = True
+    pick: str | None = None  # a published pick ("A", "B", "tie"); else from grades
 
 
 @dataclass(frozen=True)
@@ -175,6 +186,23 @@ def _valid_reviews(
     return reviews
 
 
+def _published(c: Contest, revs: list[Annotation], out: _Collected) -> ContestMetrics:
+    """Metrics of a published contest as given, and its grades as reliability units
+    (one per graded document, the grades of the reviews that graded it)."""
+    rcp_margin, qrel_margin, rcp_winner, qrel_winner = c.shown_metrics  # type: ignore[misc]
+    for w in (rcp_winner, qrel_winner):
+        if w not in PICKS:
+            raise ValueError(f"contest {c.contest_id!r}: unknown winner {w!r}")
+    for a in revs:
+        if a.pick not in PICKS:
+            raise ValueError(f"contest {c.contest_id!r}: review without a valid pick")
+    for d in sorted({d for a in revs for d in a.grades}):
+        out.units.append([a.grades[d] for a in revs if d in a.grades])
+    return ContestMetrics(
+        float(rcp_margin), float(qrel_margin), str(rcp_winner), str(qrel_winner)
+    )
+
+
 def _collect(
     contests: Sequence[Contest],
     reviews: Mapping[str, list[Annotation]],
@@ -182,22 +210,28 @@ def _collect(
 ) -> _Collected:
     out = _Collected()
     for c in contests:
-        shown = c.displayed or displayed_docs(c.list_a, c.list_b, k=cfg.k)
-        missing = [d for d in shown if d not in c.gains]
-        if missing:
-            raise ValueError(f"contest {c.contest_id!r} lacks gains for {missing}")
-        m = contest_metrics(
-            c.list_a,
-            c.list_b,
-            c.gains,
-            c.qrels,
-            k=cfg.k,
-            displayed=shown,
-            tie_margin=cfg.tie_margin,
-        )
         revs = reviews.get(c.contest_id, [])
+        if c.shown_metrics is not None:
+            m = _published(c, revs, out)
+            shown: tuple[str, ...] = ()
+        else:
+            shown = c.displayed or displayed_docs(c.list_a, c.list_b, k=cfg.k)
+            missing = [d for d in shown if d not in c.gains]
+            if missing:
+                raise ValueError(f"contest {c.contest_id!r} lacks gains for {missing}")
+            m = contest_metrics(
+                c.list_a,
+                c.list_b,
+                c.gains,
+                c.qrels,
+                k=cfg.k,
+                displayed=shown,
+                tie_margin=cfg.tie_margin,
+            )
         picks = [
-            annotator_pick(
+            a.pick
+            if a.pick is not None
+            else annotator_pick(
                 c.list_a,
                 c.list_b,
                 a.grades,

@@ -28,6 +28,7 @@ from .looks import (
     study_report_requested,
 )
 from .planning import power_plan_build
+from .reanalysis import reference_report
 from .releases import (
     release_build,
     release_export,
@@ -76,6 +77,7 @@ __all__ = [
     "release_export",
     "release_folder",
     "power_plan_build",
+    "reference_report",
     "study_analysis_plan_set",
     "study_plan_effective",
     "study_report_requested",

@@ -106,6 +106,16 @@ class Command(BaseCommand):
         source = parser.add_mutually_exclusive_group(required=True)
         source.add_argument("--study", help="study id or name")
         source.add_argument("--release", help="release folder (from export_release)")
+        source.add_argument(
+            "--reference",
+            help="folder of a published study in the reference layout (CSV/parquet)",
+        )
+        parser.add_argument(
+            "--verdict-rule",
+            choices=("majority", "plurality"),
+            default="majority",
+            help="with --reference: how picks become verdicts",
+        )
         parser.add_argument("--json", action="store_true", help="print the JSON report")
         parser.add_argument(
             "--system",
@@ -124,7 +134,14 @@ class Command(BaseCommand):
     def handle(self, *args: object, **opts: object) -> None:
         exclude = list(opts["exclude_system"])  # type: ignore[call-overload]
         try:
-            if opts["release"]:
+            if opts["reference"]:
+                report = services.reference_report(
+                    folder=Path(str(opts["reference"])),
+                    verdict_rule=str(opts["verdict_rule"]),
+                    exclude_systems=exclude,
+                    focus_system=str(opts["system"]),
+                )
+            elif opts["release"]:
                 report = services.release_report(
                     folder=Path(str(opts["release"])),
                     exclude_systems=exclude,
