@@ -45,8 +45,23 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class StudyMemberInline(admin.TabularInline):
     model = StudyMember
     extra = 0
-    fields = ["annotator", "active", "added_at"]
-    readonly_fields = ["annotator", "added_at"]
+    fields = [
+        "annotator",
+        "active",
+        "added_at",
+        "excluded_at",
+        "excluded_by",
+        "excluded_reason",
+    ]
+    # Exclusion goes through annotator_exclude (study page); the database refuses
+    # to re-activate an excluded member (member_excluded_inactive_with_reason).
+    readonly_fields = [
+        "annotator",
+        "added_at",
+        "excluded_at",
+        "excluded_by",
+        "excluded_reason",
+    ]
     can_delete = False
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
@@ -78,6 +93,8 @@ class StudyAdmin(admin.ModelAdmin):
         "lease_duration",
         "collect_order",
         "collect_comments",
+        "gold_rate",
+        "acceptance",
         *readonly_fields,
     ]
     inlines = [StudyMemberInline]
@@ -122,7 +139,9 @@ class AnnotatorCsvForm(forms.Form):
         help_text="invite everyone in the file to this study",
     )
     update = forms.BooleanField(
-        required=False, help_text="re-password annotators that exist already"
+        required=False,
+        help_text="invite annotators that exist already (their password changes "
+        "only where the row gives one)",
     )
 
 

@@ -419,5 +419,6 @@ class StudyReportApi(APIView):
             study=study,
             exclude_systems=request.query_params.getlist("exclude_system"),
             focus_system=request.query_params.get("system", ""),
+            severity=request.query_params.get("severity") == "1",
         )
         return Response(report)

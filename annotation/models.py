@@ -119,6 +119,17 @@ class Study(models.Model):
     )
     seed = models.BigIntegerField(default=0)
     design = models.JSONField(default=dict, blank=True)
+    gold_rate = models.FloatField(
+        default=0.0,
+        help_text="share of assignments that get one gold document mixed in "
+        "(unannounced; needs gold items for the contest's query)",
+    )
+    acceptance = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="acceptance thresholds overriding the defaults "
+        "(annotation.acceptance.THRESHOLDS)",
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -153,6 +164,10 @@ class Study(models.Model):
                 condition=models.Q(lease_duration__gt=timedelta(0)),
                 name="study_lease_positive",
             ),
+            models.CheckConstraint(
+                condition=models.Q(gold_rate__gte=0, gold_rate__lte=1),
+                name="study_gold_rate_range",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -170,13 +185,29 @@ class StudyMember(models.Model):
     )
     active = models.BooleanField(default=True)
     added_at = models.DateTimeField(auto_now_add=True)
+    # Exclusion (annotation.services.annotator_exclude): recorded, never undone;
+    # the member's reviews are invalid and their contests went to others.
+    excluded_at = models.DateTimeField(null=True, blank=True)
+    excluded_reason = models.TextField(blank=True)
+    excluded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     class Meta:
         ordering = ["study_id", "id"]
         constraints = [
             models.UniqueConstraint(
                 fields=["study", "annotator"], name="member_unique_annotator"
-            )
+            ),
+            models.CheckConstraint(
+                condition=models.Q(excluded_at__isnull=True)
+                | (models.Q(active=False) & ~models.Q(excluded_reason="")),
+                name="member_excluded_inactive_with_reason",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -333,8 +364,10 @@ class AssignmentStatus(models.TextChoices):
 class Assignment(models.Model):
     """One annotator's lease on one contest.
 
-    A leased or submitted assignment holds a ``slot`` 1..N of its contest; the unique
-    (contest, slot) constraint makes over-assignment impossible. A lease past
+    A valid leased or submitted assignment holds a ``slot`` 1..N of its contest; the
+    unique (contest, slot) constraint makes over-assignment impossible, so a contest
+    never has more than N valid reviews. An invalid one (its annotator was excluded)
+    holds no slot. A lease past
     ``expires_at`` keeps its slot until another request reclaims it (status
     ``expired``, slot cleared). ``documents`` is the display order, each with its
     opaque per-assignment key: [{"key": "k3f9...", "document": <pk>}, ...].
@@ -358,6 +391,9 @@ class Assignment(models.Model):
     submitted_at = models.DateTimeField(null=True, blank=True)
     draft = models.JSONField(null=True, blank=True)
     draft_saved_at = models.DateTimeField(null=True, blank=True)
+    # False once its annotator is excluded: it gives its slot back (so the contest
+    # re-opens) and its grades leave the analysis; the rows are kept.
+    valid = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["contest_id", "slot", "id"]
@@ -374,12 +410,24 @@ class Assignment(models.Model):
                 name="assignment_slot_range",
             ),
             models.CheckConstraint(
-                condition=models.Q(status=AssignmentStatus.EXPIRED, slot__isnull=True)
+                condition=(
+                    models.Q(slot__isnull=True)
+                    & (
+                        models.Q(status=AssignmentStatus.EXPIRED)
+                        | models.Q(valid=False)
+                    )
+                )
                 | (
-                    ~models.Q(status=AssignmentStatus.EXPIRED)
-                    & models.Q(slot__isnull=False)
+                    models.Q(slot__isnull=False)
+                    & ~models.Q(status=AssignmentStatus.EXPIRED)
+                    & models.Q(valid=True)
                 ),
-                name="assignment_slot_iff_live",
+                name="assignment_slot_iff_live_valid",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(valid=True)
+                | ~models.Q(status=AssignmentStatus.LEASED),
+                name="assignment_invalid_not_leased",
             ),
             models.CheckConstraint(
                 condition=~models.Q(status=AssignmentStatus.SUBMITTED)
@@ -445,6 +493,82 @@ class Grade(models.Model):
         return (
             f"assignment {self.assignment_id} / doc {self.document_id} = {self.grade}"
         )
+
+
+class GoldSource(models.TextChoices):
+    QREL = "qrel", "from the benchmark's qrels"
+    STAFF = "staff", "entered by staff"
+
+
+class GoldItem(models.Model):
+    """A document with a known grade for one query of a study: a quality check.
+
+    Mixed into some assignments of contests on ``query`` (``Study.gold_rate``),
+    looking like any other document. Its answers go to ``GoldAnswer``, never to
+    ``Grade``: gold documents cannot enter verdicts, picks or releases.
+    """
+
+    study = models.ForeignKey(
+        Study, on_delete=models.CASCADE, related_name="gold_items"
+    )
+    query = models.ForeignKey(
+        "benchmarks.Query", on_delete=models.PROTECT, related_name="+"
+    )
+    document = models.ForeignKey(
+        "benchmarks.Document", on_delete=models.PROTECT, related_name="+"
+    )
+    expected_grade = models.PositiveSmallIntegerField(
+        help_text="grade on the rubric's scale (0 = no question answered yes)"
+    )
+    source = models.CharField(max_length=10, choices=GoldSource.choices)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["study_id", "query_id", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["study", "query", "document"], name="gold_unique_document"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(expected_grade__lte=MAX_QUESTIONS),
+                name="gold_grade_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"gold {self.document_id} for query {self.query_id} = {self.expected_grade}"
+        )
+
+
+class GoldAnswer(models.Model):
+    """An annotator's answers to a gold document mixed into their assignment."""
+
+    assignment = models.ForeignKey(
+        "Assignment", on_delete=models.CASCADE, related_name="gold_answers"
+    )
+    item = models.ForeignKey(GoldItem, on_delete=models.PROTECT, related_name="answers")
+    answers = models.JSONField()
+    grade = models.PositiveSmallIntegerField()
+    seconds = models.FloatField(default=0.0)
+
+    class Meta:
+        ordering = ["assignment_id", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["assignment", "item"], name="goldanswer_unique_item"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"assignment {self.assignment_id} / gold {self.item_id} = {self.grade}"
 
 
 class ReleaseStatus(models.TextChoices):

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT = "rcp-study-release"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: grades.valid_review; version 1 releases still read
+READABLE_VERSIONS = (1, 2)
 MANIFEST = "manifest.json"
 DATASHEET = "README.md"
 
@@ -76,6 +77,11 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
         _f("grade", "int", "index of the most stringent yes (0 if none)"),
         _f("order", "int", "rank among equally graded documents (1 best)", True),
         _f("seconds", "float", "seconds spent on the document"),
+        _f(
+            "valid_review",
+            "bool",
+            "the review counts (false: its annotator was excluded; see reviews.valid)",
+        ),
     ),
     "reviews": (
         _f("contest_id", "int", "contest number"),
@@ -95,6 +101,19 @@ SCHEMA: dict[str, tuple[Field, ...]] = {
     ),
 }
 TABLES = tuple(SCHEMA)
+
+
+def schema_for(version: Any) -> dict[str, tuple[Field, ...]]:
+    """The schema a release of ``version`` was written with (v1 lacks
+    ``grades.valid_review``, which ``read`` then fills from ``reviews.valid``)."""
+    if version == 1:
+        return {
+            **SCHEMA,
+            "grades": tuple(f for f in SCHEMA["grades"] if f.name != "valid_review"),
+        }
+    return SCHEMA
+
+
 DATA_FILES = tuple(f"{t}.{ext}" for t in TABLES for ext in ("csv", "jsonl"))
 
 
@@ -176,8 +195,10 @@ def _parse_cell(field: Field, text: str) -> Any:
     return json.loads(text)
 
 
-def _check_jsonl(folder: Path, table: str, errors: list[str]) -> list[dict]:
-    fields = SCHEMA[table]
+def _check_jsonl(
+    folder: Path, table: str, errors: list[str], schema: Mapping = SCHEMA
+) -> list[dict]:
+    fields = schema[table]
     names = [f.name for f in fields]
     rows: list[dict] = []
     path = folder / f"{table}.jsonl"
@@ -204,8 +225,14 @@ def _check_jsonl(folder: Path, table: str, errors: list[str]) -> list[dict]:
     return rows
 
 
-def _check_csv(folder: Path, table: str, rows: list[dict], errors: list[str]) -> None:
-    fields = SCHEMA[table]
+def _check_csv(
+    folder: Path,
+    table: str,
+    rows: list[dict],
+    errors: list[str],
+    schema: Mapping = SCHEMA,
+) -> None:
+    fields = schema[table]
     with (folder / f"{table}.csv").open(encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, [])
@@ -291,8 +318,10 @@ def verify(
         return {}, {}, [f"{MANIFEST}: missing"]
     except json.JSONDecodeError as exc:
         return {}, {}, [f"{MANIFEST}: not JSON ({exc.msg})"]
-    if manifest.get("format") != FORMAT or manifest.get("version") != FORMAT_VERSION:
+    version = manifest.get("version")
+    if manifest.get("format") != FORMAT or version not in READABLE_VERSIONS:
         errors.append(f"{MANIFEST}: not a {FORMAT} v{FORMAT_VERSION} manifest")
+    schema = schema_for(version)
     listed = manifest.get("files") or {}
     for name in (*DATA_FILES, DATASHEET):
         if name not in listed:
@@ -310,9 +339,9 @@ def verify(
     for table in TABLES:
         if not (folder / f"{table}.jsonl").is_file():
             continue
-        tables[table] = _check_jsonl(folder, table, errors)
+        tables[table] = _check_jsonl(folder, table, errors, schema)
         if (folder / f"{table}.csv").is_file():
-            _check_csv(folder, table, tables[table], errors)
+            _check_csv(folder, table, tables[table], errors, schema)
     if len(tables) == len(TABLES):
         _check_references(tables, errors)
     return manifest, tables, errors
@@ -323,6 +352,12 @@ def read(folder: Path) -> tuple[dict, dict[str, list[dict]]]:
     manifest, tables, errors = verify(folder)
     if errors:
         raise ReleaseError(errors)
+    if manifest.get("version") == 1:
+        valid = {
+            (r["contest_id"], r["annotator"]): r["valid"] for r in tables["reviews"]
+        }
+        for g in tables["grades"]:
+            g["valid_review"] = valid.get((g["contest_id"], g["annotator"]), True)
     return manifest, tables
 
 

@@ -234,7 +234,9 @@ def rubric_current(*, study: Study) -> Rubric:
 
 
 def _live(now: datetime) -> Q:
-    return Q(status=AssignmentStatus.SUBMITTED) | Q(
+    """Assignments that hold a slot: valid submitted ones and unexpired leases (an
+    invalid assignment, of an excluded annotator, never counts toward N)."""
+    return Q(status=AssignmentStatus.SUBMITTED, valid=True) | Q(
         status=AssignmentStatus.LEASED, expires_at__gt=now
     )
 
@@ -262,13 +264,25 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
         "status",
         "expires_at",
         "submitted_at",
+        "valid",
     )
-    for contest_id, user_id, username, status, expires_at, submitted_at in rows:
+    invalid = 0
+    for contest_id, user_id, username, status, expires_at, submitted_at, ok in rows:
         entry = per_user.setdefault(
             user_id,
-            {"username": username, "submitted": 0, "leased": 0, "expired": 0},
+            {
+                "username": username,
+                "submitted": 0,
+                "leased": 0,
+                "expired": 0,
+                "invalid": 0,
+            },
         )
-        if status == AssignmentStatus.SUBMITTED:
+        if status == AssignmentStatus.SUBMITTED and not ok:
+            # An excluded annotator's review: kept, but it fills no slot.
+            entry["invalid"] += 1
+            invalid += 1
+        elif status == AssignmentStatus.SUBMITTED:
             submitted[contest_id] += 1
             live[contest_id] += 1
             entry["submitted"] += 1
@@ -296,7 +310,14 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
     )
     for user_id, username in members.items():
         per_user.setdefault(
-            user_id, {"username": username, "submitted": 0, "leased": 0, "expired": 0}
+            user_id,
+            {
+                "username": username,
+                "submitted": 0,
+                "leased": 0,
+                "expired": 0,
+                "invalid": 0,
+            },
         )
     annotators = []
     for user_id, entry in sorted(per_user.items(), key=lambda kv: kv[1]["username"]):
@@ -322,6 +343,7 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
         "in_progress": started - complete,
         "not_started": len(contest_ids) - started,
         "gradings_submitted": len(times),
+        "gradings_invalid": invalid,
         "gradings_needed": len(contest_ids) * n,
         "expired_leases": expired + lapsed,
         "annotators": annotators,
@@ -426,6 +448,14 @@ def annotator_progress(
     }
 
 
+def annotator_has_lease(*, study: Study, annotator: Any) -> bool:
+    """Whether the annotator holds a lease in the study (a contest to come back to,
+    even when no new contest is left for them)."""
+    return Assignment.objects.filter(
+        contest__study=study, annotator=annotator, status=AssignmentStatus.LEASED
+    ).exists()
+
+
 def assignment_payload(
     *, assignment: Assignment, with_draft: bool = False
 ) -> dict[str, Any]:
@@ -499,6 +529,47 @@ def annotators_by_usernames(*, usernames: Sequence[str]) -> list[Any]:
             f"no annotator named {missing[0]!r}", extra={"missing": missing[:20]}
         )
     return [found[u] for u in usernames]
+
+
+# ---------------------------------------------------------------------------- accounts
+
+
+def annotator_accounts() -> QuerySet[Any]:
+    """Annotator accounts (the annotators group, never staff), by username."""
+    from .models import Annotator
+
+    return Annotator.objects.filter(is_staff=False, is_superuser=False).order_by(
+        "username"
+    )
+
+
+def query_document_for_gold(
+    *, study: Study, query_id: str, doc_id: str
+) -> tuple[Any, Document]:
+    """A contest query of the study and a document of its dataset, by external ids
+    (the staff gold form); NotFoundError names what is missing."""
+    contest = (
+        Contest.objects.filter(study=study, query__external_id=query_id.strip())
+        .select_related("query")
+        .first()
+    )
+    if contest is None:
+        raise NotFoundError(f"no contest of this study has query {query_id!r}")
+    document = Document.objects.filter(
+        dataset_id=contest.query.dataset_id, external_id=doc_id.strip()
+    ).first()
+    if document is None:
+        raise NotFoundError(f"document {doc_id!r} not found in the query's dataset")
+    return contest.query, document
+
+
+def annotator_accounts_with_studies() -> list[tuple[Any, list[StudyMember]]]:
+    """Staff page rows: each annotator account with its study memberships."""
+    users = list(annotator_accounts())
+    memberships: dict[int, list[StudyMember]] = defaultdict(list)
+    for m in StudyMember.objects.filter(annotator__in=users).order_by("study_id"):
+        memberships[m.annotator_id].append(m)
+    return [(u, memberships[u.pk]) for u in users]
 
 
 # ---------------------------------------------------------------------------- releases

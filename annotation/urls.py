@@ -9,6 +9,13 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("studies/", views.study_list, name="study-list"),
     path("studies/power", views.study_power, name="study-power"),
+    path("annotators/", views.annotator_list, name="annotator-list"),
+    path(
+        "set-password/<uidb64>/<token>/",
+        views.SetPasswordView.as_view(),
+        name="set-password",
+    ),
+    path("set-password/done/", views.set_password_done, name="set-password-done"),
     path("studies/<int:study_id>/", views.study_detail, name="study-detail"),
     path("studies/<int:study_id>/grading", views.grading, name="grading"),
     path("studies/<int:study_id>/report", views.study_report, name="study-report"),
@@ -27,6 +34,12 @@ urlpatterns = [
         views.release_retry,
         name="release-retry",
     ),
+    path(
+        "studies/<int:study_id>/annotators/<int:user_id>/exclude",
+        views.annotator_exclude,
+        name="annotator-exclude",
+    ),
+    path("studies/<int:study_id>/gold", views.study_gold, name="study-gold"),
     path(
         "studies/<int:study_id>/open",
         views.study_action,

@@ -11,10 +11,12 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
@@ -22,7 +24,7 @@ from benchmarks.access import can_read_benchmarks
 from benchmarks.models import Dataset, System
 from rcp_platform.exceptions import ApplicationError
 
-from . import markdown, plots, sampling, selectors, services
+from . import acceptance, markdown, plots, sampling, selectors, services
 from .models import ReleaseStatus, Study
 
 
@@ -47,7 +49,15 @@ def home(request: HttpRequest) -> HttpResponse:
     if not selectors.is_annotator(request.user):
         raise PermissionDenied
     rows = [
-        (study, selectors.annotator_progress(study=study, annotator=request.user))
+        (
+            study,
+            {
+                **selectors.annotator_progress(study=study, annotator=request.user),
+                "has_lease": selectors.annotator_has_lease(
+                    study=study, annotator=request.user
+                ),
+            },
+        )
         for study in selectors.annotator_study_list(user=request.user)
     ]
     return render(request, "annotation/home.html", {"rows": rows})
@@ -199,6 +209,13 @@ def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
         services.releases_reap_stale(study=study)  # a lost build shows as failed
         releases = list(selectors.release_list(study=study))
     building = (ReleaseStatus.PENDING, ReleaseStatus.RUNNING)
+    staff_only = {}
+    if request.user.is_staff:
+        staff_only = {
+            "acceptance": acceptance.study_acceptance(study=study),
+            "thresholds": acceptance.study_thresholds(study=study),
+            "gold_items": study.gold_items.count(),
+        }
     return render(
         request,
         "annotation/study_detail.html",
@@ -207,8 +224,80 @@ def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
             "progress": selectors.study_progress(study=study),
             "releases": releases,
             "releases_building": any(r.status in building for r in releases),
+            **staff_only,
         },
     )
+
+
+@login_required
+@require_POST
+def annotator_exclude(
+    request: HttpRequest, study_id: int, user_id: int
+) -> HttpResponse:
+    """Exclude an annotator from a study (staff, with a reason): their reviews become
+    invalid and their contests re-open for others."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    user = selectors.annotator_accounts().filter(pk=user_id).first()
+    if user is None:
+        raise Http404("no such annotator")
+    try:
+        counts = services.annotator_exclude(
+            study=study,
+            annotator=user,
+            reason=request.POST.get("reason", ""),
+            excluded_by=request.user,
+        )
+        messages.success(
+            request,
+            f"{user.username!r} excluded: {counts['reviews']} reviews invalid, "
+            f"{counts['contests']} contests re-open for other annotators.",
+        )
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)
+
+
+@login_required
+@require_POST
+def study_gold(request: HttpRequest, study_id: int) -> HttpResponse:
+    """Gold items of a study (staff): the mixing rate, items from the qrels, or one
+    item entered by hand (query id, document id, expected grade)."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    action = request.POST.get("action")
+    try:
+        if action == "rate":
+            try:
+                rate = float(request.POST.get("rate", ""))
+            except ValueError as exc:
+                raise ApplicationError("the gold rate is a number") from exc
+            services.study_gold_rate_set(study=study, rate=rate)
+            messages.success(request, f"Gold rate set to {study.gold_rate:g}.")
+        elif action == "qrels":
+            made = services.gold_items_from_qrels(study=study, created_by=request.user)
+            messages.success(request, f"{len(made)} gold items from the qrels.")
+        elif action == "add":
+            query, document = selectors.query_document_for_gold(
+                study=study,
+                query_id=request.POST.get("query", ""),
+                doc_id=request.POST.get("document", ""),
+            )
+            try:
+                grade = int(request.POST.get("grade", ""))
+            except ValueError as exc:
+                raise ApplicationError("the expected grade is a whole number") from exc
+            services.gold_item_add(
+                study=study,
+                query=query,
+                document=document,
+                expected_grade=grade,
+                created_by=request.user,
+            )
+            messages.success(request, "Gold item saved.")
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("annotation:study-detail", study_id=study.pk)
 
 
 @login_required
@@ -268,6 +357,112 @@ def study_power(request: HttpRequest) -> HttpResponse:
     )
 
 
+# ---------------------------------------------------------------------------- accounts
+
+
+class AnnotatorCreateForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    email = forms.EmailField(required=False)
+    study = forms.ModelChoiceField(
+        queryset=Study.objects.order_by("-created_at"),
+        required=False,
+        help_text="invite the new annotator to this study at once",
+    )
+
+
+class AnnotatorInviteForm(forms.Form):
+    annotator = forms.ModelChoiceField(queryset=None)
+    study = forms.ModelChoiceField(queryset=Study.objects.order_by("-created_at"))
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["annotator"].queryset = selectors.annotator_accounts()
+
+
+@login_required
+def annotator_list(request: HttpRequest) -> HttpResponse:
+    """Staff: annotator accounts and their studies; create one, invite one to a
+    study, or issue a one-time set-password link (shown here, never e-mailed).
+
+    Inviting never touches a password. A new account has no usable password until
+    its owner opens the link.
+    """
+    _staff(request)
+    create = AnnotatorCreateForm(
+        request.POST if request.POST.get("action") == "create" else None,
+        prefix="create",
+    )
+    invite = AnnotatorInviteForm(
+        request.POST if request.POST.get("action") == "invite" else None,
+        prefix="invite",
+    )
+    link = None
+    if request.method == "POST":
+        action = request.POST.get("action")
+        try:
+            if action == "create" and create.is_valid():
+                data = create.cleaned_data
+                user, _generated = services.annotator_create(
+                    username=data["username"],
+                    email=data["email"] or "",
+                    study=data["study"],
+                    unusable_password=True,
+                )
+                link = (user, services.annotator_password_link(user=user))
+                messages.success(request, f"Annotator {user.username!r} created.")
+            elif action == "invite" and invite.is_valid():
+                data = invite.cleaned_data
+                services.study_member_add(
+                    study=data["study"], annotator=data["annotator"]
+                )
+                messages.success(
+                    request,
+                    f"{data['annotator'].username!r} invited to study "
+                    f"{data['study'].pk}; their password is unchanged.",
+                )
+                return redirect("annotation:annotator-list")
+            elif action == "link":
+                user = (
+                    selectors.annotator_accounts()
+                    .filter(pk=request.POST.get("user"))
+                    .first()
+                )
+                if user is None:
+                    raise Http404("no such annotator")
+                link = (user, services.annotator_password_link(user=user))
+        except ApplicationError as exc:
+            messages.error(request, exc.message)
+    return render(
+        request,
+        "annotation/annotators.html",
+        {
+            "annotators": selectors.annotator_accounts_with_studies(),
+            "create": create,
+            "invite": invite,
+            "link": link and (link[0], request.build_absolute_uri(link[1])),
+        },
+    )
+
+
+class SetPasswordView(auth_views.PasswordResetConfirmView):
+    """The one-time set-password page of an annotator link (Django's reset
+    confirmation: token check, SetPasswordForm with AUTH_PASSWORD_VALIDATORS)."""
+
+    template_name = "annotation/set_password.html"
+    success_url = reverse_lazy("annotation:set-password-done")
+
+    def get_user(self, uidb64: str) -> object | None:
+        user = super().get_user(uidb64)
+        # Links are for annotator accounts only; a staff uid never validates.
+        if user is not None and (user.is_staff or user.is_superuser):
+            return None
+        return user
+
+
+def set_password_done(request: HttpRequest) -> HttpResponse:
+    return render(request, "annotation/set_password_done.html")
+
+
 # ---------------------------------------------------------------------------- reports
 
 
@@ -297,12 +492,16 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
     exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
     focus = request.GET.get("system", "")
     focus = focus if focus in systems and focus not in exclude else ""
+    severity = request.GET.get("severity") == "1"
     error = None
     report: dict = {}
     names: dict[str, str] = {}
     try:
         report, names = services.study_report_requested(
-            study=study, exclude_systems=exclude, focus_system=focus
+            study=study,
+            exclude_systems=exclude,
+            focus_system=focus,
+            severity=severity,
         )
     except ApplicationError as exc:
         error = exc.message
@@ -339,6 +538,16 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             "excluded": exclude,
             "focus": focus,
             "slices": _slice_rows(report),
+            "severity": severity,
+            "severities": sorted(
+                (
+                    (names.get(key, key), value)
+                    for key, value in report.get("severity", {})
+                    .get("severity", {})
+                    .items()
+                ),
+                key=lambda row: -row[1],
+            ),
         },
     )
 

@@ -109,27 +109,34 @@ def _bt_all(
         return theta, se, summary, has
     starts = np.concatenate([[0], np.cumsum(j.t_size)[:-1]]).astype(np.int64)
     w_query = j.doc_query[j.t_doc[starts]]
-    # Windows (and their placements) grouped by query, in their given order; no
-    # copies when they already are (large suites).
-    if w_query.size < 2 or bool(np.all(w_query[1:] >= w_query[:-1])):
-        sizes, w_query_sorted = j.t_size, w_query
-        docs, scores = j.t_doc, j.t_score
-    else:
-        w_order = np.argsort(w_query, kind="stable")
-        p_order = np.argsort(np.repeat(w_query, j.t_size), kind="stable")
-        sizes, w_query_sorted = j.t_size[w_order], w_query[w_order]
-        docs, scores = j.t_doc[p_order], j.t_score[p_order]
+    # Windows grouped by query, in their given order. Placements are gathered one
+    # query at a time through the window order: no suite-sized copy of the
+    # placements (at ViDoRe scale a sorted copy of docs and scores, with the sort's
+    # own index arrays, was ~1 GB of the fit's peak).
+    grouped = w_query.size < 2 or bool(np.all(w_query[1:] >= w_query[:-1]))
+    w_order = None if grouped else np.argsort(w_query, kind="stable")
+    w_query_sorted = w_query if grouped else w_query[w_order]
     q_ids, w_first = np.unique(w_query_sorted, return_index=True)
-    w_bounds = np.append(w_first, sizes.size)
-    p_bounds = np.concatenate([[0], np.cumsum(sizes)])[w_bounds]
+    w_bounds = np.append(w_first, w_query.size)
     # Small dense solves are far cheaper on one BLAS thread than handed between them.
     with threadpool_limits(limits=1):
         for k, q in enumerate(q_ids):
-            w_sl = slice(w_bounds[k], w_bounds[k + 1])
-            p_sl = slice(p_bounds[k], p_bounds[k + 1])
-            rows, local = np.unique(docs[p_sl], return_inverse=True)
+            if grouped:
+                sizes = j.t_size[w_bounds[k] : w_bounds[k + 1]]
+                p_sl = slice(
+                    starts[w_bounds[k]], starts[w_bounds[k + 1] - 1] + sizes[-1]
+                )
+                docs, scores = j.t_doc[p_sl], j.t_score[p_sl]
+            else:
+                windows = w_order[w_bounds[k] : w_bounds[k + 1]]
+                sizes = j.t_size[windows]
+                # Placement indices of these windows, window after window.
+                offsets = np.repeat(starts[windows] - (np.cumsum(sizes) - sizes), sizes)
+                idx = offsets + np.arange(offsets.size)
+                docs, scores = j.t_doc[idx], j.t_score[idx]
+            rows, local = np.unique(docs, return_inverse=True)
             res = fit_bt(
-                *ragged_window_pairs(sizes[w_sl], local.ravel(), scores[p_sl]),
+                *ragged_window_pairs(sizes, local.ravel(), scores),
                 rows.size,
             )
             theta[rows], se[rows] = res.theta, res.se
@@ -140,6 +147,7 @@ def _bt_all(
             if not res.converged:
                 summary["unconverged"].append(int(q))
             progress("BT fits", k + 1, q_ids.size)
+    return theta, se, summary, has
     return theta, se, summary, has
 
 

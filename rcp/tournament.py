@@ -150,10 +150,13 @@ class TournamentProblem:
         # softplus(z) = max(z, 0) + log1p(exp(-|z|)): one exp serves both the
         # loss and the probabilities.
         ez = ne.evaluate("exp(-abs(z))", local_dict={"z": z})
-        loss = ne.evaluate(
-            "n * (where(z > 0, z, 0) + log1p(ez)) - s * z",
-            local_dict={"n": self.n, "z": z, "ez": ez, "s": self.s},
-        ).sum(axis=0)
+        # Summed over criteria one criterion at a time: no (C, rows) temporary.
+        loss = np.zeros(z.shape[1])
+        for k in range(z.shape[0]):
+            loss += ne.evaluate(
+                "n * (where(z > 0, z, 0) + log1p(ez)) - s * z",
+                local_dict={"n": self.n, "z": z[k], "ez": ez[k], "s": self.s[k]},
+            )
         return d, z, ez, loss
 
     def _ridge(self, u: np.ndarray, v: np.ndarray) -> float:
@@ -210,10 +213,14 @@ class TournamentProblem:
         c = self.c
         u, v, gamma, beta = self.items(y)
         d, z, ez, loss = self._rows(gamma, beta, tau, a)
-        names = {"n": self.n / self.total, "s": self.s / self.total, "z": z, "ez": ez}
-        e = ne.evaluate("n * where(z >= 0, 1, ez) / (1 + ez) - s", local_dict=names)
-        w = ne.evaluate("n * ez / (1 + ez) ** 2", local_dict=names)  # d2 nll / dz2
-        del z, ez
+        # Scaled by 1/total inside the expressions: no scaled copies of n and s.
+        names = {"n": self.n, "s": self.s, "z": z, "ez": ez, "t": float(self.total)}
+        e = ne.evaluate(
+            "(n * where(z >= 0, 1, ez) / (1 + ez) - s) / t", local_dict=names
+        )
+        del z
+        w = ne.evaluate("n * ez / (1 + ez) ** 2 / t", local_dict=names)  # d2 nll/dz2
+        del ez, names
         f = float(
             loss.sum() / self.total + self._prior(tau, a).sum() + self._ridge(u, v)
         )
@@ -230,19 +237,25 @@ class TournamentProblem:
         # Per-row terms coupling items with xi = tau theta + alpha, summed per query
         # plainly and weighted by theta: d2/dgamma dxi = w d gamma (+ residual e),
         # d2/dbeta dxi = -w gamma^2, d/dxi = gamma . e, d2/dxi2 = gamma^2 . w.
+        # One row-sized term at a time (not a (3C+2, rows) block: ~300 MB at ViDoRe
+        # scale), each summed per query plainly and weighted by theta.
         th = self.th
-        coupled = np.empty((3 * c + 2, th.size))
-        np.multiply(wd, gamma[:, None], out=coupled[:c])
-        coupled[c : 2 * c] = e
-        np.multiply(w, -(gamma**2)[:, None], out=coupled[2 * c : 3 * c])
-        coupled[3 * c] = gamma @ e
-        coupled[3 * c + 1] = gamma**2 @ w
-        del e, w, wd
-        plain = self._per_query(coupled)
-        coupled *= th
-        by_th = self._per_query(coupled)
-        v_th2 = self._per_query(coupled[3 * c + 1 :] * th)[0]
-        del coupled
+        plain = np.empty((3 * c + 2, self.n_q))
+        by_th = np.empty((3 * c + 2, self.n_q))
+
+        def per_query(i: int, term: np.ndarray) -> None:
+            plain[i] = self._per_query(term[None])[0]
+            by_th[i] = self._per_query((term * th)[None])[0]
+
+        for k in range(c):
+            per_query(k, wd[k] * gamma[k])
+            per_query(c + k, e[k])
+            per_query(2 * c + k, w[k] * -(gamma[k] ** 2))
+        per_query(3 * c, gamma @ e)
+        xi2 = gamma**2 @ w
+        per_query(3 * c + 1, xi2)
+        v_th2 = self._per_query((xi2 * th * th)[None])[0]
+        del e, w, wd, xi2
         g_tau = by_th[3 * c] + self.k_tau * (tau - 1.0)
         g_a = plain[3 * c] + self.k_alpha * a
         h_tt = v_th2 + self.k_tau

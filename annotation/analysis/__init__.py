@@ -38,6 +38,7 @@ from annotation.analysis.quality import (
     FlagRules,
     ReviewSummary,
     annotator_quality,
+    contradictory,
 )
 from annotation.analysis.reliability import (
     balanced_units,
@@ -78,6 +79,7 @@ __all__ = [
     "chance_rate",
     "clustered_rate",
     "contest_metrics",
+    "contradictory",
     "copeland_scores",
     "disagreement_measure",
     "displayed_docs",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -150,15 +151,19 @@ def _snap_ties(values: np.ndarray) -> np.ndarray:
 def query_spearman(
     query_ids: Sequence[str],
     scores: Sequence[float] | np.ndarray,
-    grades: Sequence[float] | np.ndarray,
+    grades: Sequence[float | Fraction],
 ) -> float | None:
     """Spearman, across queries, of the per-query mean score against the per-query
     mean grade (one entry per document; every document weighs the same). None with
-    fewer than 3 queries or a constant side. Means equal up to float rounding are
-    exact ties (``_snap_ties``) and share their averaged rank, as in scipy."""
+    fewer than 3 queries or a constant side.
+
+    Grades are averaged exactly (``Fraction``; pass a document's mean grade as
+    ``Fraction(sum, count)``): queries whose mean grades are equal are tied ranks, as
+    the paper reads them. Averaging rounded floats would split such ties by the last
+    bit (e.g. documents graded 7/3 and 8/3 against 5/3 and 10/3). Scores are floats:
+    per-query means equal up to float rounding are exact ties (``_snap_ties``)."""
     s = np.asarray(scores, dtype=np.float64)
-    g = np.asarray(grades, dtype=np.float64)
-    if not (len(query_ids) == len(s) == len(g)):
+    if not (len(query_ids) == len(s) == len(grades)):
         raise ValueError("query_ids, scores and grades differ in length")
     keys, inv = np.unique(
         np.asarray(query_ids, dtype=object).astype(str), return_inverse=True
@@ -167,7 +172,13 @@ def query_spearman(
         return None
     cnt = np.bincount(inv)
     mean_s = _snap_ties(np.bincount(inv, s) / cnt)
-    mean_g = _snap_ties(np.bincount(inv, g) / cnt)
+    sums = [Fraction(0)] * len(keys)
+    for q, g in zip(inv.tolist(), grades, strict=True):
+        sums[q] += g if isinstance(g, Fraction) else Fraction(g)
+    exact = [total / int(n) for total, n in zip(sums, cnt, strict=True)]
+    # Spearman depends on ranks only: rank the exact means by their sorted position.
+    order = {value: rank for rank, value in enumerate(sorted(set(exact)))}
+    mean_g = np.array([order[value] for value in exact], dtype=np.float64)
     if np.ptp(mean_s) == 0 or np.ptp(mean_g) == 0:
         return None
     rho = float(spearmanr(mean_s, mean_g).statistic)

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from annotation.analysis.picks import majority_verdict
 
-__all__ = ["AnnotatorQuality", "FlagRules", "ReviewSummary", "annotator_quality"]
+__all__ = [
+    "AnnotatorQuality",
+    "FlagRules",
+    "ReviewSummary",
+    "annotator_quality",
+    "contradictory",
+]
 
 
 @dataclass(frozen=True)
@@ -131,3 +137,21 @@ def _with_flags(q: AnnotatorQuality, rules: FlagRules) -> AnnotatorQuality:
     ):
         flags.append("straight_lining")
     return replace(q, flags=tuple(flags))
+
+
+def contradictory(answers: Mapping[str, bool | None], keys: Sequence[str]) -> bool:
+    """True when a stricter question got "yes" while a looser one got "no".
+
+    The rubric's questions go from least to most stringent (each assumes the ones
+    before it), so a consistent answer is a run of yes then a run of no: Q1 "about
+    the topic" = no with Q4 "directly answers" = yes is a contradiction. Unanswered
+    questions are ignored.
+    """
+    seen_no = False
+    for key in keys:
+        value = answers.get(key)
+        if value is False:
+            seen_no = True
+        elif value is True and seen_no:
+            return True
+    return False

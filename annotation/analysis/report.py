@@ -7,6 +7,7 @@ import math
 from collections import defaultdict
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,7 @@ from annotation.analysis.reliability import (
     within_one_share,
 )
 from annotation.analysis.rules import verdict_by_rule
+from annotation.analysis.severity import rasch_severity
 from annotation.analysis.slices import inference_section
 from annotation.analysis.verdicts import (
     VERDICT_CLASSES,
@@ -108,9 +110,9 @@ class StudyConfig:
     bands: tuple[float, ...] = MARGIN_BANDS
     ece_bins: int = ECE_BINS
     flag_rules: FlagRules = FlagRules()
-    # Issue 14: how picks become verdicts ("majority" | "plurality", rules.py), the
-    # system whose slices the inference section adds ("" = none), and the Spearman
-    # tie tolerance is in label_quality.
+    severity: bool = False  # add the many-facet Rasch section (analysis.severity)
+    # Issue 14: how picks become verdicts ("majority" | "plurality", rules.py) and
+    # the system whose slices the inference section adds ("" = none).
     verdict_rule: str = "majority"
     focus_system: str = ""
 
@@ -347,6 +349,9 @@ def _agreement_section(col: _Collected, cfg: StudyConfig) -> dict:
 def _label_section(col: _Collected, cfg: StudyConfig) -> dict:
     graded = [k for k in sorted(col.doc_grades) if col.doc_grades[k]]
     mean_grade = np.array([np.mean(col.doc_grades[k]) for k in graded])
+    exact_grade = [
+        Fraction(int(sum(col.doc_grades[k])), len(col.doc_grades[k])) for k in graded
+    ]
     useful = mean_grade >= cfg.useful_grade
     gains = np.array([col.doc_gain[k] for k in graded])
     qrels = np.array([col.doc_qrel[k] for k in graded])
@@ -360,7 +365,7 @@ def _label_section(col: _Collected, cfg: StudyConfig) -> dict:
         return query_spearman(
             [graded[i][0] for i in idx],
             [scores[graded[i]] for i in idx],
-            mean_grade[idx],
+            [exact_grade[i] for i in idx],
         )
 
     return {
@@ -422,4 +427,41 @@ def study_report(
         "inference": inference_section(col, cfg),
         "per_contest": col.rows,
     }
+    if cfg.severity:
+        report["severity"] = _severity_section(contests, reviews)
     return json_safe(report)
+
+
+def _severity_section(
+    contests: Sequence[Contest], reviews: Mapping[str, list[Annotation]]
+) -> dict:
+    """Annotator severities and fair grades beside the raw mean grades (valid
+    reviews only). Nothing else in the report reads it: picks and verdicts stay on
+    the raw grades."""
+    query_of = {c.contest_id: c.query_id for c in contests}
+    triples = [
+        (a.annotator, (query_of[cid], doc), grade)
+        for cid, revs in sorted(reviews.items())
+        for a in revs
+        for doc, grade in sorted(a.grades.items())
+    ]
+    try:
+        fit = rasch_severity(triples)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    items = sorted(fit.raw_mean)
+    raw = np.array([fit.raw_mean[i] for i in items])
+    fair = np.array([fit.fair_mean[i] for i in items])
+    return {
+        **fit.as_dict(),
+        "documents": [
+            {
+                "query_id": q,
+                "doc_id": d,
+                "raw_mean": fit.raw_mean[q, d],
+                "fair_mean": fit.fair_mean[q, d],
+            }
+            for q, d in items
+        ],
+        "largest_shift": float(np.max(np.abs(fair - raw))) if items else None,
+    }

@@ -11,6 +11,7 @@ this module does not import ``report`` (which imports it).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -348,15 +349,23 @@ def _jackknives(col: Any, cfg: Any) -> dict[str, Any]:
         keep = np.ones(len(grade_q), bool) if g is None else grade_q != g
         return ece(obs_gain[keep], obs_useful[keep], bins=cfg.ece_bins).ece
 
+    # Exact mean grades, as the report's Spearman (equal means are tied ranks).
+    exact_grade = [
+        Fraction(int(sum(col.doc_grades[k])), len(col.doc_grades[k])) for k in graded
+    ]
+
     def spear(scores: dict) -> Callable[[Hashable | None], float | None]:
-        idx = np.array([i for i, k in enumerate(graded) if k in scores], dtype=int)
-        vals = np.array([scores[graded[i]] for i in idx])
-        qs = doc_q[idx] if len(idx) else doc_q[:0]
+        idx = [i for i, k in enumerate(graded) if k in scores]
+        vals = np.array([scores[graded[i]] for i in idx], dtype=np.float64)
+        qs = np.asarray([graded[i][0] for i in idx], dtype=object)
+        grades = [exact_grade[i] for i in idx]
 
         def stat(g: Hashable | None) -> float | None:
             keep = np.ones(len(idx), bool) if g is None else qs != g
             return query_spearman(
-                list(qs[keep]), vals[keep], mean_grade[idx][keep] if len(idx) else []
+                list(qs[keep]),
+                vals[keep],
+                [x for x, k in zip(grades, keep, strict=True) if k],
             )
 
         return stat

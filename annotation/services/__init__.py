@@ -12,6 +12,7 @@ from .annotators import (
     annotator_create,
     annotator_deactivate,
     annotator_group_ensure,
+    annotator_password_link,
     annotator_random_id_ensure,
     annotators_import,
     study_member_add,
@@ -28,6 +29,13 @@ from .looks import (
     study_report_requested,
 )
 from .planning import power_plan_build
+from .quality import (
+    annotator_exclude,
+    gold_item_add,
+    gold_items_from_qrels,
+    qrel_to_grade,
+    study_gold_rate_set,
+)
 from .reanalysis import reference_report
 from .releases import (
     release_build,
@@ -65,14 +73,19 @@ __all__ = [
     "annotator_activate",
     "annotator_create",
     "annotator_deactivate",
+    "annotator_exclude",
     "annotator_group_ensure",
     "annotator_hash",
+    "annotator_password_link",
     "annotator_random_id_ensure",
     "annotators_import",
     "assignment_draft_save",
     "assignment_next",
     "assignment_submit",
+    "gold_item_add",
+    "gold_items_from_qrels",
     "grade_of",
+    "qrel_to_grade",
     "release_build",
     "release_export",
     "release_folder",
@@ -88,6 +101,7 @@ __all__ = [
     "rubric_create",
     "study_close",
     "study_create",
+    "study_gold_rate_set",
     "study_member_add",
     "study_open",
     "study_plan",

@@ -66,6 +66,13 @@ def _new_password() -> str:
     return secrets.token_urlsafe(12)
 
 
+def _check_password(password: str, user: Any) -> None:
+    try:
+        validate_password(password, user)
+    except ValidationError as exc:
+        raise ApplicationError(f"password refused: {' '.join(exc.messages)}") from exc
+
+
 @transaction.atomic
 def annotator_create(
     *,
@@ -74,23 +81,33 @@ def annotator_create(
     email: str = "",
     study: Study | None = None,
     update: bool = False,
+    reset_password: bool = False,
+    unusable_password: bool = False,
 ) -> tuple[Any, str | None]:
-    """Create (or with ``update``, re-password) an annotator; optionally invite to a study.
+    """Create an annotator, or with ``update`` make an existing account one; optionally
+    invite it to a study. Returns (user, generated password or None).
 
-    Returns (user, generated password or None). A missing password is generated.
-    Refuses an existing username without ``update`` and staff accounts always (an
-    annotator account must hold nothing but the annotate permission).
+    An existing account keeps its password unless ``reset_password`` is given
+    explicitly: inviting someone to a second study must never lock them out of the
+    first. A new account gets ``password``, a generated one, or with
+    ``unusable_password`` none at all (staff then hand out a one-time set-password
+    link, ``annotator_password_link``). Refuses an existing username without
+    ``update``, a password for an existing account without ``reset_password``, and
+    staff accounts always (an annotator holds nothing but the annotate permission).
     """
     User = get_user_model()
     username = username.strip()
-    generated = None
-    if not password:
-        password = generated = _new_password()
     user = User.objects.filter(username=username).first()
     if user is not None and not update:
         raise ConflictError(f"user {username!r} exists already")
     if user is not None and (user.is_staff or user.is_superuser):
         raise ConflictError(f"user {username!r} is staff; it cannot be an annotator")
+    if user is not None and password and not reset_password:
+        raise ApplicationError(
+            f"user {username!r} exists already: its password is kept unless you ask "
+            "for a reset explicitly (--reset-password)"
+        )
+    generated = None
     if user is None:
         user = User(username=username, email=email)
         try:
@@ -100,21 +117,64 @@ def annotator_create(
                 f"invalid username {username!r}: "
                 + "; ".join(m for msgs in exc.message_dict.values() for m in msgs)
             ) from exc
-    try:
-        validate_password(password, user)
-    except ValidationError as exc:
-        raise ApplicationError(f"password refused: {' '.join(exc.messages)}") from exc
-    user.set_password(password)
-    user.is_active = True
-    if user.pk is None:
+        if unusable_password and not password:
+            user.set_unusable_password()
+        else:
+            if not password:
+                password = generated = _new_password()
+            _check_password(password, user)
+            user.set_password(password)
         user.save()
     else:
-        user.save(update_fields=["password", "is_active"])
+        fields = []
+        if reset_password:
+            if not password:
+                password = generated = _new_password()
+            _check_password(password, user)
+            user.set_password(password)
+            fields.append("password")
+        if not user.is_active and reset_password:
+            # A reset is the one path that brings a deactivated account back;
+            # a plain invitation leaves deactivation to the admin's decision.
+            user.is_active = True
+            fields.append("is_active")
+        if fields:
+            user.save(update_fields=fields)
     user.groups.add(annotator_group_ensure())
     annotator_random_id_ensure(user=user)
     if study is not None:
         study_member_add(study=study, annotator=user)
     return user, generated
+
+
+def annotator_password_link(*, user: Any) -> str:
+    """The path of a one-time set-password page for an annotator account.
+
+    Django's ``default_token_generator``: the token hashes the password hash and the
+    last login, so it stops working once used (the password changed) or once the
+    annotator logged in, and after PASSWORD_RESET_TIMEOUT. Nothing is sent: staff
+    hand the link over. Refused for staff accounts (those are reset in the admin) and
+    for users outside the annotators group, so the staff page cannot be used to take
+    over another kind of account.
+    """
+    from django.contrib.auth.tokens import default_token_generator
+    from django.urls import reverse
+    from django.utils.encoding import force_bytes
+    from django.utils.http import urlsafe_base64_encode
+
+    if user.is_staff or user.is_superuser:
+        raise ConflictError(f"user {user.username!r} is staff; use the admin")
+    if not user.groups.filter(name=ANNOTATORS_GROUP).exists():
+        raise ApplicationError(f"user {user.username!r} is not an annotator")
+    if not user.is_active:
+        raise ConflictError(f"user {user.username!r} is deactivated")
+    return reverse(
+        "annotation:set-password",
+        kwargs={
+            "uidb64": urlsafe_base64_encode(force_bytes(user.pk)),
+            "token": default_token_generator.make_token(user),
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -131,8 +191,9 @@ def annotators_import(
     """Create annotators from CSV text with header ``username[,password][,email]``.
 
     All or nothing: the first bad row raises ApplicationError naming its line. Empty
-    passwords are generated and returned once; ``update`` re-passwords existing
-    annotators instead of refusing them.
+    passwords of new accounts are generated and returned once. ``update`` invites
+    existing annotators instead of refusing them; their password changes only where
+    the row gives one (an explicit reset).
     """
     reader = csv.DictReader(io.StringIO(text.lstrip("\ufeff")))
     header = [h.strip().lower() for h in (reader.fieldnames or [])]
@@ -150,13 +211,15 @@ def annotators_import(
             raise ApplicationError(f"line {line}: duplicate username {username!r}")
         seen.add(username)
         existed = User.objects.filter(username=username).exists()
+        password = (row.get("password") or "").strip() or None
         try:
             _user, generated = annotator_create(
                 username=username,
-                password=(row.get("password") or "").strip() or None,
+                password=password,
                 email=(row.get("email") or "").strip(),
                 study=study,
                 update=update,
+                reset_password=existed and password is not None,
             )
         except ApplicationError as exc:
             raise ApplicationError(f"line {line}: {exc.message}") from exc
@@ -188,7 +251,8 @@ def annotator_activate(*, user: Any) -> Any:
 
 @transaction.atomic
 def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
-    """Invite an annotator to a study (idempotent; re-activates a removed member)."""
+    """Invite an annotator to a study (idempotent; re-activates a removed member,
+    never an excluded one). Never touches the password."""
     if not annotator.has_perm(selectors.ANNOTATE_PERMISSION) and not (
         annotator.groups.filter(name=ANNOTATORS_GROUP).exists()
     ):
@@ -197,6 +261,11 @@ def study_member_add(*, study: Study, annotator: Any) -> StudyMember:
     member, created = StudyMember.objects.get_or_create(
         study=study, annotator=annotator
     )
+    if member.excluded_at is not None:
+        raise ConflictError(
+            f"{annotator.username!r} was excluded from this study "
+            f"({member.excluded_reason}); an exclusion is final"
+        )
     if not created and not member.active:
         member.active = True
         member.save(update_fields=["active"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,6 +18,8 @@ from ..models import (
     AssignmentStatus,
     Contest,
     ContestDocument,
+    GoldAnswer,
+    GoldItem,
     Grade,
     Study,
     StudyMember,
@@ -75,6 +78,9 @@ def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
     )
     seed = secrets.randbits(62)
     order = sampling.shuffled(docs, seed)
+    entries: list[dict[str, Any]] = [{"document": d} for d in order]
+    if study.gold_rate > 0:
+        entries = _with_gold(contest, entries, seed)
     assignment = Assignment(
         contest=contest,
         annotator=annotator,
@@ -83,8 +89,8 @@ def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
         rubric=selectors.rubric_current(study=study),
         seed=seed,
         documents=[
-            {"key": k, "document": d}
-            for k, d in zip(_opaque_keys(len(order)), order, strict=True)
+            {"key": k, **entry}
+            for k, entry in zip(_opaque_keys(len(entries)), entries, strict=True)
         ],
         leased_at=now,
         expires_at=now + study.lease_duration,
@@ -98,6 +104,34 @@ def _lease(contest: Contest, annotator: Any, slot: int, now: Any) -> Assignment:
     )
     assignment.save()
     return assignment
+
+
+def _with_gold(
+    contest: Contest, entries: list[dict[str, Any]], seed: int
+) -> list[dict[str, Any]]:
+    """With probability ``gold_rate``, one gold document of the contest's query at
+    a random place among the contest's documents. The entry carries its GoldItem id
+    (``"gold"``), which never leaves the server (``assignment_payload`` sends keys,
+    titles and texts only): the annotator cannot tell it apart."""
+    rng = random.Random(seed)  # noqa: S311 - a display choice, not a secret
+    if rng.random() >= contest.study.gold_rate:
+        return entries
+    shown = {e["document"] for e in entries}
+    items = [
+        (pk, doc)
+        for pk, doc in GoldItem.objects.filter(
+            study_id=contest.study_id, query_id=contest.query_id
+        )
+        .order_by("pk")
+        .values_list("pk", "document_id")
+        if doc not in shown
+    ]
+    if not items:
+        return entries
+    pk, doc = rng.choice(items)
+    out = list(entries)
+    out.insert(rng.randrange(len(out) + 1), {"document": doc, "gold": pk})
+    return out
 
 
 def _ensure_open(study: Study) -> None:
@@ -251,8 +285,13 @@ def _retake(assignment: Assignment, now: Any) -> None:
     """Give a reclaimed (expired) assignment its contest back if a slot is free.
 
     Locks the contest first (same order as ``assignment_next``). ConflictError when
-    the contest went to someone else meanwhile.
+    the contest went to someone else meanwhile, or when the assignment was
+    invalidated (its annotator was excluded): that never takes a slot again.
     """
+    if not assignment.valid:
+        raise ConflictError(
+            "you no longer take part in this study", extra={"reason": "excluded"}
+        )
     contest = Contest.objects.select_for_update(of=("self",)).get(
         pk=assignment.contest_id
     )
@@ -338,8 +377,21 @@ def assignment_submit(
         _retake(assignment, now)
     questions = assignment.rubric.keys
     rows = []
+    gold = []
     for item in assignment.documents:
         entry = clean[item["key"]]
+        if item.get("gold"):
+            # A gold document: checked against its expected grade, never a Grade.
+            gold.append(
+                GoldAnswer(
+                    assignment=assignment,
+                    item_id=item["gold"],
+                    answers=entry["answers"],
+                    grade=grade_of(entry["answers"], questions),
+                    seconds=entry["seconds"],
+                )
+            )
+            continue
         grade = Grade(
             assignment=assignment,
             document_id=item["document"],
@@ -357,6 +409,8 @@ def assignment_submit(
         )
         rows.append(grade)
     Grade.objects.bulk_create(rows)
+    if gold:
+        GoldAnswer.objects.bulk_create(gold)
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.submitted_at = now
     assignment.draft = {"grades": clean}

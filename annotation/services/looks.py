@@ -267,13 +267,20 @@ def _deviations(
 
 
 def study_report_requested(
-    *, study: Study, exclude_systems: Collection[str] = (), focus_system: str = ""
+    *,
+    study: Study,
+    exclude_systems: Collection[str] = (),
+    focus_system: str = "",
+    severity: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``study_report_build`` plus ``plan`` (registered plan, deviations) and
     ``sequential`` (looks, boundaries, interim labels). A whole-study report of an
     open study records an interim look (``study_look_record``)."""
     report, names = study_report_build(
-        study=study, exclude_systems=exclude_systems, focus_system=focus_system
+        study=study,
+        exclude_systems=exclude_systems,
+        focus_system=focus_system,
+        severity=severity,
     )
     plan = study_plan_effective(study)
     whole = not exclude_systems

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 from collections import defaultdict
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,10 @@ def study_tables(
 ) -> Tables:
     """The release tables of a study, from submitted assignments only (read-only).
 
+    A review is valid unless its annotator was excluded (``Assignment.valid``);
+    invalid reviews stay in the tables, marked (``reviews.valid`` and
+    ``grades.valid_review``), so readers can redo the analysis either way.
+
     Contests carry both lists, the displayed union and design metrics; documents
     the fit's gains/abilities and the qrels; grades the raw answers, grade, within-
     grade order and seconds. ``reviews``/``verdicts`` and the shown margins come from
@@ -156,6 +161,7 @@ def study_tables(
         keys |= {(c.query_id, e.document_id) for e in shown}
     documents = _document_rows(study, keys, include_text)
     grades = []
+    valid: dict[tuple[int, str], bool] = {}
     position = {c.pk: c.position for c in contests}
     for g in Grade.objects.filter(
         assignment__contest__study=study,
@@ -169,8 +175,10 @@ def study_tables(
         "grade",
         "order",
         "seconds",
+        "assignment__valid",
     ):
-        contest_id, doc, user_id, version, answers, grade, order, seconds = g
+        contest_id, doc, user_id, version, answers, grade, order, seconds, ok = g
+        valid[position[contest_id], pseudonyms[user_id]] = ok
         grades.append(
             {
                 "contest_id": position[contest_id],
@@ -181,6 +189,7 @@ def study_tables(
                 "grade": grade,
                 "order": order,
                 "seconds": float(seconds),
+                "valid_review": ok,
             }
         )
     grades.sort(key=lambda r: (r["contest_id"], r["annotator"], r["doc_id"]))
@@ -192,7 +201,7 @@ def study_tables(
         "documents": documents,
         "grades": grades,
         "reviews": [
-            {"contest_id": c, "annotator": a, "pick": None, "valid": True}
+            {"contest_id": c, "annotator": a, "pick": None, "valid": valid[c, a]}
             for c, a in reviews
         ],
         "verdicts": [],
@@ -275,6 +284,7 @@ def analysis_inputs(
     k: int,
     verdict_rule: str = "majority",
     focus_system: str = "",
+    severity: bool = False,
 ) -> tuple[list[Contest], list[Annotation], StudyConfig]:
     """Release tables -> (contests, annotations, config) for ``study_report``.
 
@@ -325,7 +335,9 @@ def analysis_inputs(
         )
         for (contest_id, annotator), rows in sorted(by_review.items())
     ]
-    config = StudyConfig(k=k, verdict_rule=verdict_rule, focus_system=focus_system)
+    config = StudyConfig(
+        k=k, verdict_rule=verdict_rule, focus_system=focus_system, severity=severity
+    )
     return contests, annotations, config
 
 
@@ -337,13 +349,18 @@ def tables_report(
     verdict_rule: str = "majority",
     focus_system: str = "",
     draw_depth: int | None = None,
+    severity: bool = False,
 ) -> dict[str, Any]:
     """``study_report`` of (a subset of) release tables, with the subset recorded.
-    ``draw_depth`` (the study's ``metric_k``) labels ``inference.cells_by_depth``.
 
+    When some reviews are invalid (excluded annotators) the report is over the valid
+    ones, and ``with_excluded`` holds the main results counting every review, so
+    the effect of the exclusion is shown beside (``excluded_annotators`` names them).
     ``verdict_rule`` is the study's setting (``rules.VERDICT_RULES``); ``focus_system``
     names the system whose slices the inference section adds (ApplicationError when
-    no contest involves it)."""
+    no contest involves it); ``draw_depth`` (the study's ``metric_k``) labels
+    ``inference.cells_by_depth``.
+    """
     if verdict_rule not in VERDICT_RULES:
         raise ApplicationError(
             f"unknown verdict rule {verdict_rule!r}; use one of {', '.join(VERDICT_RULES)}"
@@ -354,15 +371,44 @@ def tables_report(
     ):
         raise ApplicationError(f"no contest of this report involves {focus_system!r}")
     contests, annotations, config = analysis_inputs(
-        subset, k=k, verdict_rule=verdict_rule, focus_system=focus_system
+        subset,
+        k=k,
+        verdict_rule=verdict_rule,
+        focus_system=focus_system,
+        severity=severity,
     )
     try:
         report = study_report(contests, annotations, config=config)
+        invalid = [a for a in annotations if not a.valid]
+        if invalid:
+            everyone = [replace(a, valid=True) for a in annotations]
+            report["with_excluded"] = _main_results(
+                study_report(contests, everyone, config=replace(config, severity=False))
+            )
+            report["excluded_annotators"] = sorted({a.annotator for a in invalid})
     except ValueError as exc:
         raise ApplicationError(f"cannot analyse this study: {exc}") from exc
     report["subset"] = {"exclude_systems": sorted(exclude_systems)}
     report["inference"]["cells_by_depth"]["draw_depth"] = draw_depth
     return report
+
+
+# The headline figures shown side by side with and without excluded annotators.
+MAIN_RESULT_KEYS = (
+    "reviews",
+    "annotators",
+    "verdicts",
+    "verdict_classes",
+    "main",
+    "disagreements",
+    "label_auc",
+    "krippendorff_alpha",
+    "pick_agreement",
+)
+
+
+def _main_results(report: dict[str, Any]) -> dict[str, Any]:
+    return {key: report[key] for key in MAIN_RESULT_KEYS if key in report}
 
 
 def tables_complete(
@@ -420,7 +466,11 @@ def study_verdict_rule(study: Study) -> str:
 
 
 def study_report_build(
-    *, study: Study, exclude_systems: Collection[str] = (), focus_system: str = ""
+    *,
+    study: Study,
+    exclude_systems: Collection[str] = (),
+    focus_system: str = "",
+    severity: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """The report of a study (optionally without contests of some systems, with the
     slices of a focus system) and the pseudonym -> username map for staff pages.
@@ -435,6 +485,7 @@ def study_report_build(
         verdict_rule=study_verdict_rule(study),
         focus_system=focus_system,
         draw_depth=(study.design or {}).get("metric_k"),
+        severity=severity,
     )
     users = dict(
         get_user_model()
@@ -446,7 +497,11 @@ def study_report_build(
 
 
 def release_report(
-    *, folder: Path, exclude_systems: Collection[str] = (), focus_system: str = ""
+    *,
+    folder: Path,
+    exclude_systems: Collection[str] = (),
+    focus_system: str = "",
+    severity: bool = False,
 ) -> dict[str, Any]:
     """The report of a release folder alone (verified first; ApplicationError
     listing the problems otherwise), under the verdict rule its design records."""
@@ -465,4 +520,5 @@ def release_report(
         verdict_rule=str(design.get("verdict_rule") or "majority"),
         focus_system=focus_system,
         draw_depth=design.get("metric_k"),
+        severity=severity,
     )

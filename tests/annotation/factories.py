@@ -256,10 +256,12 @@ def simulate_grading(
 ) -> int:
     """Every annotator grades through the real services until no contest is left
     (or ``limit`` assignments are submitted): grade = round(1.5 truth + 1.5 + noise)
-    in 0..5, answered as "yes" up to it. Returns the number of submitted assignments."""
+    in 0..5, answered as "yes" up to it. The noise of a grade depends only on (seed,
+    annotator, document), not on the shuffled order the documents are shown in, so
+    reports built on it are the same on every run. Returns the number of submitted
+    assignments."""
     from annotation.services import assignment_next, assignment_submit
 
-    rng = np.random.default_rng(seed)
     keys = [q["key"] for q in study.rubrics.order_by("-version").first().questions]
     done, active = 0, True
     while active:
@@ -273,6 +275,7 @@ def simulate_grading(
             active = True
             grades = {}
             for item in assignment.documents:
+                rng = np.random.default_rng([seed, user.pk, item["document"]])
                 value = 1.5 * truth[item["document"]] + 1.5 + rng.normal(scale=noise)
                 level = int(np.clip(np.round(value), 0, len(keys)))
                 grades[item["key"]] = {

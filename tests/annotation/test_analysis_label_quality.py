@@ -128,3 +128,24 @@ def test_query_spearman_undefined_cases():
     """Fewer than three queries, or a constant side, give None."""
     assert query_spearman(["a", "b"], [1, 2], [1, 2]) is None
     assert query_spearman(["a", "b", "c"], [1, 1, 1], [1, 2, 3]) is None
+
+
+def test_query_spearman_ranks_exactly_equal_mean_grades_as_ties():
+    """Issue 9 item 8. Queries a and b both have mean grade 5/6 exactly: a's documents
+    are graded (0,0,0) and (0,2,3) (means 0 and 5/3), b's (0,0,1) and (0,1,3) (means
+    1/3 and 4/3). Averaging the rounded float means gives 0.8333333333333334 and
+    0.8333333333333333, a spurious order. Exact means tie, so the result equals scipy
+    on the exact per-query means [5/6, 5/6, 2, 0] (ties averaged)."""
+    from fractions import Fraction
+
+    q = ["a", "a", "b", "b", "c", "d"]
+    doc_grades = [(0, 0, 0), (0, 2, 3), (0, 0, 1), (0, 1, 3), (2, 2, 2), (0, 0, 0)]
+    floats = [np.mean(g) for g in doc_grades]
+    assert (floats[0] + floats[1]) / 2 != (floats[2] + floats[3]) / 2  # the trap
+    exact = [Fraction(sum(g), len(g)) for g in doc_grades]
+    scores = [0.2, 0.4, 0.9, 0.1, 0.95, 0.05]
+    expected = spearmanr([0.3, 0.5, 0.95, 0.05], [5 / 6, 5 / 6, 2, 0]).statistic
+    assert query_spearman(q, scores, exact) == pytest.approx(expected)
+    # Averaging the float means (the old path) splits the tie and changes rho.
+    naive = [(floats[0] + floats[1]) / 2, (floats[2] + floats[3]) / 2, 2.0, 0.0]
+    assert spearmanr([0.3, 0.5, 0.95, 0.05], naive).statistic != pytest.approx(expected)

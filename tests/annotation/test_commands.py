@@ -82,14 +82,28 @@ def test_create_study_unknown_dataset_and_system(world):
              "--systems", "ghost", world.systems[0].name, "--contests", "1")  # fmt: skip
 
 
-def test_add_annotator_creates_invites_and_repasswords(study):
+def test_add_annotator_creates_invites_and_resets_only_when_asked(study, make_study):
     out, _ = _run("add_annotator", "--username", "ann", "--password", "pw-long-enough-1",
                   "--study", str(study.pk))  # fmt: skip
     user = get_user_model().objects.get(username="ann")
     assert is_annotator(user) and user.check_password("pw-long-enough-1")
     assert StudyMember.objects.filter(study=study, annotator=user).exists()
     assert "invited to study" in out
-    out, _ = _run("add_annotator", "--username", "ann", "--study", study.name)
+    # Inviting the existing annotator to a second study keeps their password.
+    second = make_study(name="Second", seed=5)
+    out, _ = _run("add_annotator", "--username", "ann", "--study", second.name)
+    assert "password unchanged" in out and "shown once" not in out
+    user.refresh_from_db()
+    assert user.check_password("pw-long-enough-1")
+    assert set(
+        StudyMember.objects.filter(annotator=user).values_list("study_id", flat=True)
+    ) == {study.pk, second.pk}
+    # A password for an existing account without the explicit flag is refused.
+    with pytest.raises(CommandError, match="--reset-password"):
+        _run("add_annotator", "--username", "ann", "--password", "other-password-2")
+    user.refresh_from_db()
+    assert user.check_password("pw-long-enough-1")
+    out, _ = _run("add_annotator", "--username", "ann", "--reset-password")
     generated = out.split("shown once): ")[1].strip()
     user.refresh_from_db()
     assert user.check_password(generated)
@@ -97,6 +111,14 @@ def test_add_annotator_creates_invites_and_repasswords(study):
         _run("add_annotator", "--username", "ann2", "--password", "short")
     with pytest.raises(CommandError, match="study 'nope' not found"):
         _run("add_annotator", "--username", "ann3", "--study", "nope")
+
+
+def test_add_annotator_link_gives_a_one_time_set_password_path(study):
+    out, _ = _run("add_annotator", "--username", "linked", "--link")
+    user = get_user_model().objects.get(username="linked")
+    assert not user.has_usable_password() and "shown once" not in out
+    path = out.split("link (path): ")[1].strip()
+    assert path.startswith("/annotation/set-password/")
 
 
 def test_add_annotator_refuses_staff_accounts(admin_user):

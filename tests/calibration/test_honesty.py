@@ -13,6 +13,7 @@ from django.utils import timezone
 from calibration import services
 from calibration.models import CalibrationFit, DocumentAbility, FitStatus
 from calibration.selectors import leaderboard_compute
+from rcp_platform import celery_app
 from rcp_platform.exceptions import ApplicationError
 from tests.calibration.factories import simulated_suite
 
@@ -140,7 +141,7 @@ def test_flagged_queries_are_listed_with_reasons(client, admin_user):
 
 
 def test_a_fit_left_running_by_a_dead_worker_is_detected_and_can_run_again(
-    settings, django_capture_on_commit_callbacks
+    django_capture_on_commit_callbacks,
 ):
     """A running fit without heartbeat past the lease is marked failed with a
     message; retry queues it and the worker path finishes it as done."""
@@ -153,9 +154,15 @@ def test_a_fit_left_running_by_a_dead_worker_is_detected_and_can_run_again(
     assert services.fits_reap_stale() == 1
     fit.refresh_from_db()
     assert fit.status == FitStatus.FAILED and "heartbeats" in fit.error
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    with django_capture_on_commit_callbacks(execute=True):
-        services.calibration_fit_retry(fit=fit)
+    # On the app's conf, not on settings: Celery caches the settings it read, so an
+    # overridden setting would leak eager mode into later tests' real workers.
+    eager = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            services.calibration_fit_retry(fit=fit)
+    finally:
+        celery_app.conf.task_always_eager = eager
     fit.refresh_from_db()
     assert fit.status == FitStatus.DONE and fit.converged
     with pytest.raises(ApplicationError, match="only a failed fit"):

@@ -21,6 +21,16 @@ from tests.conftest import REPO
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
+def _drop_broker_connections() -> None:
+    """Forget the app's pooled broker connections: a connection opened by an earlier
+    test keeps the transport options it was made with, so this test's tasks would
+    land in the default broker folder, where no worker listens."""
+    if celery_app._pool is not None:
+        celery_app._pool.force_close_all()
+        celery_app._pool = None
+    celery_app.amqp._producer_pool = None
+
+
 @pytest.fixture
 def worker(tmp_path, settings):
     """A Celery worker process sharing this test's database and a private broker."""
@@ -41,6 +51,7 @@ def worker(tmp_path, settings):
         os.makedirs(folders[key], exist_ok=True)
     old = celery_app.conf.broker_transport_options
     celery_app.conf.broker_transport_options = folders
+    _drop_broker_connections()
     settings.JUDGE_LIMITER_URL = f"file://{tmp_path / 'slots'}"
     env = {
         **os.environ,
@@ -70,6 +81,7 @@ def worker(tmp_path, settings):
     os.killpg(proc.pid, signal.SIGTERM)
     proc.wait(timeout=30)
     celery_app.conf.broker_transport_options = old
+    _drop_broker_connections()
 
 
 @pytest.mark.chromium

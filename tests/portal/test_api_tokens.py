@@ -56,7 +56,9 @@ def test_tokens_rotate_when_the_password_changes(db):
 
     annotator, _pw = annotator_create(username="ann", password="ann-password-1")
     old = Token.objects.create(user=annotator)
-    annotator_create(username="ann", password="ann-password-2", update=True)
+    annotator_create(
+        username="ann", password="ann-password-2", update=True, reset_password=True
+    )
     assert not Token.objects.filter(key=old.key).exists()
 
 

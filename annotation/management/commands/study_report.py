@@ -130,6 +130,11 @@ class Command(BaseCommand):
             metavar="NAME",
             help="leave out contests of this system (repeatable)",
         )
+        parser.add_argument(
+            "--severity",
+            action="store_true",
+            help="add annotator severities (many-facet Rasch) beside the raw means",
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         exclude = list(opts["exclude_system"])  # type: ignore[call-overload]
@@ -146,6 +151,7 @@ class Command(BaseCommand):
                     folder=Path(str(opts["release"])),
                     exclude_systems=exclude,
                     focus_system=str(opts["system"]),
+                    severity=bool(opts["severity"]),
                 )
             else:
                 study = selectors.study_by_ref(ref=str(opts["study"]))
@@ -153,6 +159,7 @@ class Command(BaseCommand):
                     study=study,
                     exclude_systems=exclude,
                     focus_system=str(opts["system"]),
+                    severity=bool(opts["severity"]),
                 )
         except ApplicationError as exc:
             raise CommandError(exc.message) from exc
@@ -177,6 +184,19 @@ class Command(BaseCommand):
             f"interval {alpha['interval']}; pick agreement {report['pick_agreement']}"
         )
         out(f"  leave-one-annotator-out range: {report['loo_range']}")
+        if "with_excluded" in report:
+            w = report["with_excluded"]
+            out(
+                f"  with the {len(report['excluded_annotators'])} excluded "
+                f"annotator(s): main {_pct(w['main'])}; "
+                f"{w['reviews']['valid']} reviews"
+            )
+        sev = report.get("severity")
+        if sev and "error" not in sev:
+            out(
+                f"  severity (Rasch): sd {sev['severity_sd']:.3f} logits; largest "
+                f"fair-minus-raw grade shift {sev['largest_shift']:.3f}"
+            )
         _inference(out, report["inference"])
         if "plan" in report:
             _plan(out, report["plan"], report["sequential"])

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('annotation', '0004_release_build_lease'),
+        ('annotation', '0005_annotators_exclusion_gold'),
     ]
 
     operations = [
