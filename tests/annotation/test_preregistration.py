@@ -169,3 +169,25 @@ def test_fixed_plan_labels_interim_numbers_and_lists_deviations(admin_user):
     complete = sum(sum(r["picks"].values()) >= 3 for r in closed["per_contest"])
     assert f"closed with {complete} of 20 planned contests complete" in devs
     json.dumps(closed, allow_nan=False)
+
+
+def test_admin_shows_looks_and_the_registered_plan_read_only(planned, admin_user):
+    study, users, tw = planned
+    study_open(study=study)
+    simulate_grading(
+        study=study, annotators=users[:3], truth=tw.truth, seed=1, limit=36
+    )
+    study_report_requested(study=study)
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/admin/annotation/studylook/").content.decode()
+    assert "Registered" in page  # the study name in the list
+    look = StudyLook.objects.get(study=study)
+    detail = client.get(f"/admin/annotation/studylook/{look.pk}/change/")
+    assert (
+        detail.status_code == 200
+        and str(look.complete_contests) in detail.content.decode()
+    )
+    assert client.get("/admin/annotation/studylook/add/").status_code == 403
+    change = client.get(f"/admin/annotation/study/{study.pk}/change/").content.decode()
+    assert "obrien_fleming" in change
