@@ -8,7 +8,7 @@ COPY . .
 # collectstatic needs settings that load: a throwaway random key, only for this step.
 RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')" \
     DEBUG=false python manage.py collectstatic --noinput
-RUN useradd --create-home rcp && mkdir -p /app/var && chown -R rcp /app/var
+RUN useradd --create-home rcp && mkdir -p /app/var/media && chown -R rcp /app/var
 USER rcp
 EXPOSE 8000
 CMD ["gunicorn", "rcp_platform.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3"]

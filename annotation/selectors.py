@@ -580,6 +580,14 @@ def release_list(*, study: Study) -> QuerySet[Release]:
     return Release.objects.filter(study=study).order_by("-number")
 
 
+def release_list_all(*, user: Any) -> QuerySet[Release]:
+    """Every release of every study, newest first, with its study (staff only:
+    releases are the published data; empty for anyone else)."""
+    if not getattr(user, "is_staff", False):
+        return Release.objects.none()
+    return Release.objects.select_related("study").order_by("-created_at", "-id")
+
+
 def release_get(*, study: Study, number: int) -> Release:
     """One release of a study by number; NotFoundError otherwise."""
     release = Release.objects.filter(study=study, number=number).first()

@@ -9,6 +9,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("studies/", views.study_list, name="study-list"),
     path("studies/power", views.study_power, name="study-power"),
+    path("releases/", views.release_index, name="release-list"),
     path("annotators/", views.annotator_list, name="annotator-list"),
     path(
         "set-password/<uidb64>/<token>/",
@@ -19,6 +20,11 @@ urlpatterns = [
     path("studies/<int:study_id>/", views.study_detail, name="study-detail"),
     path("studies/<int:study_id>/grading", views.grading, name="grading"),
     path("studies/<int:study_id>/report", views.study_report, name="study-report"),
+    path(
+        "studies/<int:study_id>/report/figures/<slug:name>.<str:fmt>",
+        views.report_figure,
+        name="report-figure",
+    ),
     path(
         "studies/<int:study_id>/releases",
         views.release_create,

@@ -14,17 +14,20 @@ from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse_lazy
+from django.urls import reverse, reverse_lazy
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
 from benchmarks.access import can_read_benchmarks
 from benchmarks.models import Dataset, System
+from portal.figures import figure_response, shown
 from rcp_platform.exceptions import ApplicationError
 
-from . import acceptance, markdown, plots, sampling, selectors, services
+from . import acceptance, markdown, sampling, selectors, services
+from .figures import report_figures
 from .models import ReleaseStatus, Study
 
 
@@ -505,26 +508,20 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
         )
     except ApplicationError as exc:
         error = exc.message
-    svgs = {}
-    annotators = []
+    figures = {}
+    annotators = _flag_rows(report, names) if report else []
     if report:
-        annotators = _flag_rows(report, names)
-        svgs = {
-            "margin": plots.agreement_by_margin(report["hit_rates"]),
-            "reliability": plots.reliability_diagram(report["reliability_bins"]),
-            "classes": plots.verdict_classes(report["verdict_classes"]),
-            "agreement": plots.horizontal_bars(
-                "Per-annotator agreement with the panel verdict",
-                [(a["username"], a["panel_agreement"]) for a in annotators],
-                maximum=1.0,
-            ),
-            "seconds": plots.horizontal_bars(
-                "Median seconds per document",
-                [(a["username"], a["median_seconds"]) for a in annotators],
-                fmt="{:.1f} s",
-            ),
+        query = request.GET.urlencode()
+        figures = {
+            s["figure"].name: s
+            for s in shown(
+                report_figures(report=report, annotators=annotators),
+                lambda name, fmt: (
+                    reverse("annotation:report-figure", args=[study.pk, name, fmt])
+                    + (f"?{query}" if query else "")
+                ),
+            )
         }
-        svgs = {k: mark_safe(v) for k, v in svgs.items()}  # noqa: S308 - escaped in plots
     return render(
         request,
         "annotation/study_report.html",
@@ -532,7 +529,7 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             "study": study,
             "report": report,
             "error": error,
-            "svgs": svgs,
+            "figures": figures,
             "annotators": annotators,
             "systems": systems,
             "excluded": exclude,
@@ -550,6 +547,26 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             ),
         },
     )
+
+
+@login_required
+def report_figure(
+    request: HttpRequest, study_id: int, name: str, fmt: str
+) -> HttpResponse:
+    """One report figure (same ``exclude_system`` subset as the page) as SVG, PDF,
+    PNG or CSV (staff only, like the report)."""
+    _staff(request)
+    study = selectors.study_get(user=request.user, study_id=study_id)
+    systems = set(study.systems.values_list("name", flat=True))
+    exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
+    try:
+        report, names = services.study_report_build(
+            study=study, exclude_systems=exclude
+        )
+    except ApplicationError as exc:
+        raise Http404(exc.message) from exc
+    figures = report_figures(report=report, annotators=_flag_rows(report, names))
+    return figure_response(figures, name, fmt)
 
 
 @login_required
@@ -583,6 +600,16 @@ def release_retry(request: HttpRequest, study_id: int, number: int) -> HttpRespo
     except ApplicationError as exc:
         messages.error(request, exc.message)
     return redirect("annotation:study-detail", study_id=study.pk)
+
+
+@login_required
+def release_index(request: HttpRequest) -> HttpResponse:
+    """Every release of every study on one page (staff only)."""
+    _staff(request)
+    releases = Paginator(selectors.release_list_all(user=request.user), 50).get_page(
+        request.GET.get("page")
+    )
+    return render(request, "annotation/release_list.html", {"releases": releases})
 
 
 @login_required

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
@@ -14,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import selectors, services
+from .models import Upload, UploadKind, UploadStatus
 
 
 class DatasetOutput(serializers.Serializer):
@@ -101,8 +99,40 @@ class SystemListApi(_PagedListApi):
         return self.paginate(request, selectors.system_list(dataset=obj), SystemOutput)
 
 
+class UploadOutput(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    status = serializers.CharField()
+    dataset = serializers.CharField(source="dataset_name")
+    system = serializers.CharField(source="system_name")
+    files = serializers.SerializerMethodField()
+    error = serializers.SerializerMethodField()
+    progress = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField()
+
+    def get_files(self, upload: Upload) -> dict[str, str]:
+        return {role: f["name"] for role, f in upload.files.items()}
+
+    def get_error(self, upload: Upload) -> dict | None:
+        if upload.status != UploadStatus.FAILED:
+            return None
+        return {
+            "message": upload.error,
+            "file": upload.error_file or None,
+            "line": upload.error_line,
+        }
+
+    def get_progress(self, upload: Upload) -> dict:
+        return selectors.upload_progress(upload=upload)
+
+
 class RunUploadApi(APIView):
-    """Upload a TREC run file as a (new or replaced) system. Staff only."""
+    """Upload a TREC run file as a (new or replaced) system. Staff only.
+
+    The file is stored and imported by a worker: the answer is 202 with the
+    upload; poll ``GET /api/v1/uploads/ID`` until its status is done or failed
+    (then ``error`` names the file, line and problem)."""
 
     parser_classes = [MultiPartParser, FormParser]
 
@@ -114,33 +144,28 @@ class RunUploadApi(APIView):
             required=False, allow_blank=True, default=""
         )
 
-    @extend_schema(request=Input, responses={201: SystemOutput})
+    @extend_schema(request=Input, responses={202: UploadOutput})
     def post(self, request: Request, dataset: str) -> Response:
         obj = selectors.dataset_get(user=request.user, ref=dataset)
         data = self.Input(data=request.data)
         data.is_valid(raise_exception=True)
-        upload = data.validated_data["file"]
-        suffix = ".gz" if upload.name.endswith(".gz") else ""
-        with tempfile.TemporaryDirectory() as tmp:
-            # Keep the uploaded name so errors point at the file the user sent.
-            path = Path(tmp) / (Path(upload.name).name or f"run{suffix}")
-            with open(path, "wb") as out:
-                for chunk in upload.chunks():
-                    out.write(chunk)
-            try:
-                system = services.run_import(
-                    dataset=obj,
-                    system_name=data.validated_data["system"],
-                    path=path,
-                    description=data.validated_data["description"],
-                    replace=data.validated_data["replace"],
-                )
-            except services.ImportFailed as exc:
-                # Name the file as the user sent it, not our temporary copy.
-                raise services.ImportFailed(
-                    exc.message.replace(str(path), upload.name),
-                    path=upload.name,
-                    line=exc.line,
-                ) from exc
-        system = selectors.system_list(dataset=obj).get(pk=system.pk)
-        return Response(SystemOutput(system).data, status=status.HTTP_201_CREATED)
+        upload = services.upload_create(
+            kind=UploadKind.RUN,
+            files={"run": data.validated_data["file"]},
+            dataset_name=obj.name,
+            dataset=obj,
+            system_name=data.validated_data["system"],
+            description=data.validated_data["description"],
+            replace=data.validated_data["replace"],
+            created_by=request.user,
+        )
+        return Response(UploadOutput(upload).data, status=status.HTTP_202_ACCEPTED)
+
+
+class UploadDetailApi(APIView):
+    """An upload's status, progress and (if refused) error with file and line."""
+
+    @extend_schema(responses=UploadOutput)
+    def get(self, request: Request, upload_id: int) -> Response:
+        upload = selectors.upload_get(user=request.user, pk=upload_id)
+        return Response(UploadOutput(upload).data)

@@ -5,6 +5,7 @@ These names are used by the other apps and by external tools; keep them.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -177,3 +178,70 @@ class RankingEntry(models.Model):
 
     def __str__(self) -> str:
         return f"system {self.system_id} / query {self.query_id} / doc {self.document_id} @ {self.rank}"
+
+
+class UploadKind(models.TextChoices):
+    DATASET = "dataset", "dataset import"
+    RUN = "run", "run"
+
+
+class UploadStatus(models.TextChoices):
+    PENDING = "pending", "queued"
+    RUNNING = "running", "importing"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+class Upload(models.Model):
+    """Files sent from the browser, imported by a worker (benchmarks/UPLOADS.md).
+
+    ``files`` maps a role (corpus, queries, qrels, pools, run) to
+    {"path": relative to MEDIA_ROOT, "name": as the user sent it, "lines": n}; an
+    import error keeps the file, line and message for the page.
+    """
+
+    kind = models.CharField(max_length=10, choices=UploadKind.choices)
+    status = models.CharField(
+        max_length=10, choices=UploadStatus.choices, default=UploadStatus.PENDING
+    )
+    # Dataset imports: the name to create. Runs: the dataset receiving the run.
+    dataset_name = models.CharField(max_length=200)
+    dataset = models.ForeignKey(
+        Dataset,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="uploads",
+    )
+    system_name = models.CharField(max_length=200, blank=True)
+    protocol = models.CharField(
+        max_length=20, choices=Protocol.choices, default=Protocol.PLAIN
+    )
+    description = models.TextField(blank=True)
+    replace = models.BooleanField(default=False)
+    files = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    error_file = models.CharField(max_length=300, blank=True)
+    error_line = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~models.Q(kind="run") | ~models.Q(system_name=""),
+                name="upload_run_has_system",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"upload {self.pk} ({self.kind}, {self.status})"

@@ -8,11 +8,16 @@ the corpus size. Errors are :class:`ImportFailed` naming the file, line and prob
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from django.conf import settings
+from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, models, transaction
+from django.utils import timezone
 
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
@@ -27,7 +32,11 @@ from .models import (
     Query,
     RankingEntry,
     System,
+    Upload,
+    UploadKind,
+    UploadStatus,
 )
+from .tasks import upload_import_task
 
 BATCH_SIZE = 5000
 T = TypeVar("T")
@@ -499,3 +508,169 @@ def _delete_dataset_rows(dataset: Dataset) -> None:
         _delete_rows(qs, cleared)
         cleared.add(qs.model)
     dataset.delete()
+
+
+# ---------------------------------------------------------------------------- uploads
+# Files sent from the browser are stored under MEDIA_ROOT/uploads/<id>/ and imported
+# by a worker (benchmarks/UPLOADS.md): the web request only saves and queues.
+
+DATASET_FILES = ("corpus", "queries", "qrels", "pools")
+REQUIRED_FILES = {UploadKind.DATASET: ("corpus", "queries"), UploadKind.RUN: ("run",)}
+
+
+def upload_folder(upload: Upload) -> Path:
+    return Path(settings.MEDIA_ROOT) / "uploads" / str(upload.pk)
+
+
+def _suffix(name: str) -> str:
+    # The importers gunzip by suffix, so ".gz" must survive the rename.
+    return ".gz" if name.endswith(".gz") else Path(name).suffix[:10]
+
+
+@transaction.atomic
+def upload_create(
+    *,
+    kind: str,
+    files: Mapping[str, UploadedFile],
+    dataset_name: str,
+    dataset: Dataset | None = None,
+    system_name: str = "",
+    protocol: str = Protocol.PLAIN,
+    description: str = "",
+    replace: bool = False,
+    created_by: Any = None,
+) -> Upload:
+    """Store the uploaded files and queue their import on a worker (on commit).
+
+    A dataset import needs corpus and queries (qrels, pools optional); a run needs
+    ``run`` and a system name. Refuses an existing dataset or system unless
+    ``replace`` (checked again by the worker). Returns the pending Upload.
+    """
+    files = {role: f for role, f in files.items() if f}
+    missing = [r for r in REQUIRED_FILES[UploadKind(kind)] if r not in files]
+    if missing:
+        raise ImportFailed(f"missing file: {', '.join(missing)}")
+    if kind == UploadKind.DATASET and not replace:
+        if Dataset.objects.filter(name=dataset_name).exists():
+            raise ConflictError(
+                f"dataset {dataset_name!r} already exists; ask to replace it "
+                "(replace, --replace)"
+            )
+    if kind == UploadKind.RUN and not replace and dataset is not None:
+        if System.objects.filter(dataset=dataset, name=system_name).exists():
+            raise ConflictError(
+                f"system {system_name!r} already exists in dataset {dataset.name!r}; "
+                "ask to replace it (replace, --replace)"
+            )
+    upload = Upload(
+        kind=kind,
+        dataset_name=dataset.name if dataset is not None else dataset_name,
+        dataset=dataset,
+        system_name=system_name,
+        protocol=protocol,
+        description=description,
+        replace=replace,
+        created_by=created_by,
+    )
+    upload.full_clean()
+    upload.save()
+    folder = upload_folder(upload)
+    folder.mkdir(parents=True, exist_ok=True)
+    stored = {}
+    for role, uploaded in files.items():
+        target = folder / f"{role}{_suffix(uploaded.name)}"
+        lines = 0
+        with open(target, "wb") as out:
+            for chunk in uploaded.chunks():
+                out.write(chunk)
+                lines += chunk.count(b"\n")
+        stored[role] = {
+            "path": str(target.relative_to(settings.MEDIA_ROOT)),
+            "name": Path(uploaded.name).name,
+            # Lines of a gzipped file are unknown until read: progress then shows rows.
+            "lines": None if target.suffix == ".gz" else lines,
+        }
+    upload.files = stored
+    upload.save(update_fields=["files"])
+    transaction.on_commit(lambda: upload_import_task.delay(upload.pk))
+    return upload
+
+
+def _write_progress(upload: Upload, done: dict[str, int]) -> None:
+    """Progress lives in a file beside the uploads, not in the database: the import
+    holds one long transaction, so rows written there would stay invisible."""
+    folder = upload_folder(upload)
+    tmp = folder / "progress.json.tmp"
+    tmp.write_text(json.dumps(done))
+    os.replace(tmp, folder / "progress.json")
+
+
+def upload_import(*, upload_id: int) -> Upload | None:
+    """Import a pending upload; safe to run twice.
+
+    Claims the row by compare-and-set (pending -> running) and returns None when it
+    is not pending. The import itself is one transaction (nothing is written on
+    error); a refused import marks the upload failed with the file, line and message
+    as the user named them. The stored files are deleted once imported.
+    """
+    claimed = Upload.objects.filter(pk=upload_id, status=UploadStatus.PENDING).update(
+        status=UploadStatus.RUNNING, started_at=timezone.now()
+    )
+    if not claimed:
+        return None
+    upload = Upload.objects.select_related("dataset").get(pk=upload_id)
+    root = Path(settings.MEDIA_ROOT)
+    paths = {role: root / f["path"] for role, f in upload.files.items()}
+    done: dict[str, int] = {}
+
+    def progress(stage: str, count: int) -> None:
+        done[stage] = count
+        _write_progress(upload, done)
+
+    try:
+        if upload.kind == UploadKind.DATASET:
+            dataset = dataset_import(
+                name=upload.dataset_name,
+                corpus=paths["corpus"],
+                queries=paths["queries"],
+                qrels=paths.get("qrels"),
+                pools=paths.get("pools"),
+                protocol=upload.protocol,
+                description=upload.description,
+                replace=upload.replace,
+                progress=progress,
+            )
+        else:
+            dataset = Dataset.objects.filter(name=upload.dataset_name).first()
+            if dataset is None:
+                raise ImportFailed(f"dataset {upload.dataset_name!r} no longer exists")
+            run_import(
+                dataset=dataset,
+                system_name=upload.system_name,
+                path=paths["run"],
+                description=upload.description,
+                replace=upload.replace,
+                progress=progress,
+            )
+    except ApplicationError as exc:
+        message, name = exc.message, ""
+        for role, path in paths.items():
+            if str(path) in message or getattr(exc, "path", None) == str(path):
+                name = upload.files[role]["name"]
+                message = message.replace(str(path), name)
+        upload.status = UploadStatus.FAILED
+        upload.error = message
+        upload.error_file = name
+        upload.error_line = getattr(exc, "line", None)
+        upload.finished_at = timezone.now()
+        upload.save(
+            update_fields=["status", "error", "error_file", "error_line", "finished_at"]
+        )
+        return upload
+    upload.status = UploadStatus.DONE
+    upload.dataset = dataset
+    upload.finished_at = timezone.now()
+    upload.save(update_fields=["status", "dataset", "finished_at"])
+    for path in paths.values():
+        path.unlink(missing_ok=True)
+    return upload

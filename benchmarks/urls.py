@@ -6,6 +6,15 @@ from . import apis, views
 
 app_name = "benchmarks"
 urlpatterns = [
+    path("datasets/", views.dataset_list, name="dataset-list"),
+    path("datasets/new", views.dataset_import, name="dataset-import"),
+    path("datasets/<int:pk>/runs/new", views.run_upload, name="run-upload"),
+    path("uploads/<int:pk>/", views.upload_detail, name="upload-detail"),
+    path(
+        "uploads/<int:pk>/progress",
+        views.upload_progress_fragment,
+        name="upload-progress",
+    ),
     path("datasets/<int:pk>/", views.dataset_detail, name="dataset-detail"),
     path(
         "datasets/<int:pk>/queries/<int:query_pk>/",
@@ -34,4 +43,7 @@ api_urlpatterns = [
         name="system-list",
     ),
     path("datasets/<str:dataset>/runs", apis.RunUploadApi.as_view(), name="run-upload"),
+    path(
+        "uploads/<int:upload_id>", apis.UploadDetailApi.as_view(), name="upload-detail"
+    ),
 ]

@@ -10,7 +10,17 @@ urlpatterns = [
     path("fits/new", views.fit_create, name="fit-create"),
     path("fits/<int:pk>/", views.fit_detail, name="fit-detail"),
     path("fits/<int:pk>/retry", views.fit_retry, name="fit-retry"),
+    path(
+        "fits/<int:pk>/figures/<slug:name>.<str:fmt>",
+        views.fit_figure,
+        name="fit-figure",
+    ),
     path("leaderboard/", views.leaderboard, name="leaderboard"),
+    path(
+        "leaderboard/figures/<slug:name>.<str:fmt>",
+        views.leaderboard_figure,
+        name="leaderboard-figure",
+    ),
 ]
 
 # Mounted under /api/v1/ by rcp_platform/urls.py (namespace ``calibration-api``).

@@ -7,18 +7,20 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils.safestring import mark_safe
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from benchmarks.access import can_read_benchmarks
 from benchmarks.selectors import dataset_get, dataset_list
+from portal.figures import figure_response, shown
 from rcp.irt import FLAG_TEXT
 from rcp.ndcg import PROTOCOLS
 from rcp_platform.exceptions import ApplicationError
 
-from . import plots, selectors, services
+from . import selectors, services
+from .figures import QUESTIONS, fit_figures, leaderboard_figures
 from .models import FitSource, FitStatus, RequestedMode
 
 SHOW_FLAGGED = 100
@@ -89,43 +91,27 @@ def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
     }
     items = fit.items or {}
     if items.get("gamma"):
-        context["items"] = list(
-            zip(items["criteria"], items["gamma"], items["beta"], strict=True)
-        )
-        context["icc_svg"] = mark_safe(
-            plots.item_curves_svg(items["gamma"], items["beta"], items["criteria"])
-        )
-    query_rows = list(selectors.fit_query_rows(fit=fit))
-    taus = [r.tau for r in query_rows if r.tau is not None]
-    tau = diag.get("tau") or {}
-    if taus:
-        context["tau_svg"] = mark_safe(
-            plots.histogram_svg(
-                taus,
-                markers={"p5": tau.get("p5"), "p95": tau.get("p95")},
-                xlabel="per-query scale τ",
+        context["items"] = [
+            (c, QUESTIONS.get(c, ""), g, b)
+            for c, g, b in zip(
+                items["criteria"], items["gamma"], items["beta"], strict=True
             )
-        )
+        ]
     rel = diag.get("reliability")
     if rel and rel.get("bins"):
-        context["reliability_svg"] = mark_safe(plots.reliability_svg(rel["bins"]))
         context["per_criterion"] = list(
             zip(items.get("criteria", []), rel.get("per_criterion", []), strict=False)
         )
-    cov = diag.get("coverage")
-    if cov:
-        context["coverage_svg"] = mark_safe(
-            plots.coverage_bars_svg(
-                [
-                    ("invalid Stage A", cov["invalid_share"]["tournament"]),
-                    ("invalid Stage B", cov["invalid_share"]["rubric"]),
-                    (
-                        "uncalibrated docs",
-                        cov["uncalibrated_documents"] / max(cov["documents"], 1),
-                    ),
-                ]
-            )
+    query_rows = list(selectors.fit_query_rows(fit=fit))
+    context["figures"] = {  # keyed for templates: "item-curves" -> item_curves
+        s["figure"].name.replace("-", "_"): s
+        for s in shown(
+            fit_figures(fit=fit, taus=[r.tau for r in query_rows]),
+            lambda name, fmt: reverse(
+                "calibration:fit-figure", args=[fit.pk, name, fmt]
+            ),
         )
+    }
     flagged = [r for r in query_rows if r.flagged or not r.has_rubric]
     for r in flagged[:SHOW_FLAGGED]:
         codes = r.flags or ([] if r.has_rubric else ["no_rubric"])
@@ -139,6 +125,15 @@ def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
     )
     context["abilities"] = list(selectors.ability_list(fit=fit)[:20])
     return render(request, "calibration/fit_detail.html", context)
+
+
+@login_required
+def fit_figure(request: HttpRequest, pk: int, name: str, fmt: str) -> HttpResponse:
+    """One figure of the fit page as SVG, PDF, PNG or its data as CSV."""
+    _require_reader(request)
+    fit = selectors.fit_get(user=request.user, pk=pk)
+    taus = [r.tau for r in selectors.fit_query_rows(fit=fit)]
+    return figure_response(fit_figures(fit=fit, taus=taus), name, fmt)
 
 
 @login_required
@@ -170,25 +165,58 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
         "protocol": request.GET.get("protocol", ""),
     }
     if refs:
-        try:
-            k = int(context["k"])
-            datasets = [dataset_get(user=request.user, ref=r) for r in refs]
-            board = selectors.leaderboard_compute(
-                datasets=datasets,
-                k=k,
-                protocol=context["protocol"] or None,
-                allow_unconverged=request.GET.get("allow_unconverged") == "1",
+        context.update(
+            _board_or_error(request, refs, context["k"], context["protocol"])
+        )
+        if "board" in context:
+            query = request.GET.urlencode()
+            context["figures"] = shown(
+                leaderboard_figures(board=context["board"], rows=context["rows"]),
+                lambda name, fmt: (
+                    reverse("calibration:leaderboard-figure", args=[name, fmt])
+                    + f"?{query}"
+                ),
             )
-        except ValueError:
-            context["error"] = "k must be a whole number"
-        except ApplicationError as exc:
-            context["error"] = exc.message
-            context["unconverged_refused"] = (
-                exc.extra.get("status") == FitStatus.UNCONVERGED
-            )
-        else:
-            context.update(_board_context(board))
     return render(request, "calibration/leaderboard.html", context)
+
+
+@login_required
+def leaderboard_figure(request: HttpRequest, name: str, fmt: str) -> HttpResponse:
+    """One leaderboard figure (same query string as the page) as SVG, PDF, PNG or
+    CSV."""
+    _require_reader(request)
+    refs = request.GET.getlist("dataset")
+    context = _board_or_error(
+        request, refs, request.GET.get("k", "10"), request.GET.get("protocol", "")
+    )
+    if "board" not in context:
+        raise Http404(context.get("error", "no leaderboard"))
+    figures = leaderboard_figures(board=context["board"], rows=context["rows"])
+    return figure_response(figures, name, fmt)
+
+
+def _board_or_error(
+    request: HttpRequest, refs: list[str], k_text: str, protocol: str
+) -> dict:
+    """The leaderboard context of ``refs``, or ``error`` (and whether an
+    unconverged fit was refused) when it cannot be computed."""
+    try:
+        k = int(k_text)
+        datasets = [dataset_get(user=request.user, ref=r) for r in refs]
+        board = selectors.leaderboard_compute(
+            datasets=datasets,
+            k=k,
+            protocol=protocol or None,
+            allow_unconverged=request.GET.get("allow_unconverged") == "1",
+        )
+    except ValueError:
+        return {"error": "k must be a whole number"}
+    except ApplicationError as exc:
+        return {
+            "error": exc.message,
+            "unconverged_refused": exc.extra.get("status") == FitStatus.UNCONVERGED,
+        }
+    return _board_context(board)
 
 
 def _board_context(board: dict) -> dict:
@@ -210,45 +238,6 @@ def _board_context(board: dict) -> dict:
         rows.append(
             {"system": s["system"], "rank": s["rank"]["rcp_ndcg"], "cells": cells}
         )
-    ci_svgs = []
-    for i, m in enumerate(metrics):
-        plot_rows = [
-            {
-                "name": r["system"],
-                "value": r["cells"][i]["value"],
-                "ci": r["cells"][i]["ci"],
-                "changed": r["cells"][i]["change"] != 0,
-            }
-            for r in rows
-        ]
-        if any(p["value"] is not None for p in plot_rows):
-            ci_svgs.append(
-                mark_safe(
-                    plots.ci_bars_svg(
-                        plot_rows, title=f"{selectors.METRIC_LABELS[m]}@{board['k']}"
-                    )
-                )
-            )
-    names = [s["system"] for s in systems]
-    matrices = []
-    for m in metrics:
-        cells = {}
-        for p in board["pairs"]:
-            if p["metric"] != m:
-                continue
-            cells[p["a"], p["b"]] = p
-            cells[p["b"], p["a"]] = {
-                **p,
-                "delta": -p["delta"] if p["delta"] is not None else 0.0,
-            }
-        if cells:
-            matrices.append(
-                mark_safe(
-                    plots.pair_matrix_svg(
-                        names, cells, title=selectors.METRIC_LABELS[m]
-                    )
-                )
-            )
     summary = [
         {
             "metric": selectors.METRIC_LABELS[m],
@@ -264,7 +253,5 @@ def _board_context(board: dict) -> dict:
     return {
         "board": board,
         "rows": rows,
-        "ci_svgs": ci_svgs,
-        "matrices": matrices,
         "summary": summary,
     }

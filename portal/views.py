@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
+from django.templatetags.static import static
 
 from annotation.views import home as annotator_home
 from benchmarks import selectors as benchmark_selectors
@@ -21,3 +22,8 @@ def home(request: HttpRequest) -> HttpResponse:
     if request.user.has_perm("annotation.annotate"):
         return annotator_home(request)
     return render(request, "portal/no_access.html", status=200)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """/favicon.ico, which browsers ask for on their own: the site's SVG icon."""
+    return HttpResponseRedirect(static("img/favicon.svg"))

@@ -10,7 +10,7 @@ from benchmarks import urls as benchmarks_urls
 from calibration import urls as calibration_urls
 from judging import urls as judging_urls
 from portal import views as portal_views
-from portal.apis import TokenObtainApi
+from portal.apis import ApiIndexApi, TokenObtainApi
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -23,6 +23,7 @@ urlpatterns = [
         SpectacularSwaggerSplitView.as_view(url_name="schema"),
         name="api-docs",
     ),
+    path("api/v1/", ApiIndexApi.as_view(), name="api-index"),
     path(
         "api/v1/auth/token",
         TokenObtainApi.as_view(),
@@ -36,5 +37,6 @@ urlpatterns = [
     path("judging/", include("judging.urls")),
     path("calibration/", include("calibration.urls")),
     path("annotation/", include("annotation.urls")),
+    path("favicon.ico", portal_views.favicon, name="favicon"),
     path("", portal_views.home, name="home"),
 ]

@@ -269,7 +269,9 @@ def _collect(
                 _consistent(out.doc_bt, key, float(c.bt_raw[d]), "raw BT scores")
             if d in c.calibrated:
                 _consistent(out.doc_cal, key, float(c.calibrated[d]), "calibrated")
-        verdict = verdict_by_rule(picks, cfg.verdict_rule)
+        # A contest nobody has graded yet has no verdict (None, class "ungraded"):
+        # counting it as a tie would invent human judgments.
+        verdict = verdict_by_rule(picks, cfg.verdict_rule) if picks else None
         out.rows.append(
             {
                 "contest_id": c.contest_id,
@@ -284,14 +286,18 @@ def _collect(
                 "qrel_margin": m.qrel_margin,
                 "rcp_winner": m.rcp_winner,
                 "qrel_winner": m.qrel_winner,
-                "class": verdict_class(verdict, m.rcp_winner, m.qrel_winner),
+                "class": (
+                    verdict_class(verdict, m.rcp_winner, m.qrel_winner)
+                    if verdict is not None
+                    else "ungraded"
+                ),
             }
         )
     return out
 
 
 def _agreement_section(col: _Collected, cfg: StudyConfig) -> dict:
-    rows = col.rows
+    rows = [r for r in col.rows if r["verdict"] is not None]  # graded contests only
     verdicts = [r["verdict"] for r in rows]
     clusters = [r["query_id"] for r in rows]
     rcp_w = [r["rcp_winner"] for r in rows]
@@ -342,7 +348,14 @@ def _agreement_section(col: _Collected, cfg: StudyConfig) -> dict:
             "qrel": margin_auc(col.pick_qrel_margin, col.picks),
             "picks": sum(p in ("A", "B") for p in col.picks),
         },
-        "loo_range": loo_range(col.panel, rcp_w, qrel_w, clusters),
+        # Panels of the graded contests, aligned with rows (an open study has
+        # ungraded contests, whose empty panels would misalign the winners).
+        "loo_range": loo_range(
+            [p for p, r in zip(col.panel, col.rows, strict=True) if r["verdict"]],
+            rcp_w,
+            qrel_w,
+            clusters,
+        ),
     }
 
 
@@ -416,6 +429,7 @@ def study_report(
     col = _collect(contests, reviews, cfg)
     report = {
         "contests": len(contests),
+        "contests_graded": sum(r["verdict"] is not None for r in col.rows),
         "reviews": {
             "valid": sum(map(len, reviews.values())),
             "invalid": sum(not a.valid for a in annotations),

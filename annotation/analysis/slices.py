@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -422,7 +423,19 @@ def cells_by_depth(rows: Sequence[dict], k: int) -> dict[str, Any]:
 
 
 def inference_section(col: Any, cfg: Any) -> dict[str, Any]:
-    """The ``inference`` key of the report (README.md, "Inference")."""
+    """The ``inference`` key of the report (README.md, "Inference"), over graded
+    contests (as the headline figures); ``cells_by_depth`` covers every contest."""
+    graded = [i for i, r in enumerate(col.rows) if r["verdict"] is not None]
+    all_rows = col.rows
+    col = SimpleNamespace(
+        rows=[col.rows[i] for i in graded],
+        panel=[col.panel[i] for i in graded],
+        doc_grades=col.doc_grades,
+        doc_gain=col.doc_gain,
+        doc_qrel=col.doc_qrel,
+        doc_bt=col.doc_bt,
+        doc_cal=col.doc_cal,
+    )
     rows = col.rows
     panels = [[a for a, _ in contest] for contest in col.panel]
     slices = _slices(rows, panels, cfg)
@@ -446,7 +459,7 @@ def inference_section(col: Any, cfg: Any) -> dict[str, Any]:
         "hit_rates": _hit_rate_intervals(rows, panels, cfg.bands),
         "verdict_rules": _verdict_rules(rows, col.panel),
         "jackknife": _jackknives(col, cfg),
-        "cells_by_depth": cells_by_depth(rows, cfg.k),
+        "cells_by_depth": cells_by_depth(all_rows, cfg.k),
     }
 
 

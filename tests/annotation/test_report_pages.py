@@ -15,33 +15,73 @@ from annotation import tasks
 from annotation.models import Release, ReleaseStatus
 from annotation.services import study_report_build, study_report_requested
 from tests.annotation.conftest import SECRET_COMMENT
+from tests.figures import assert_downloads, csv_rows, figure_svg, marks, texts
 
 pytestmark = pytest.mark.django_db
 
 
 def test_report_page_shows_the_real_numbers_and_plots(simulated_study, admin_user):
+    """Five figures drawn from the report: agreement rates equal the report's,
+    one reliability point per non-empty bin, annotators named on their bars, and
+    every figure's CSV equals the numbers the page prints."""
     study, users = simulated_study
     report, _names = study_report_build(study=study)
     client = Client()
     client.force_login(admin_user)
     page = client.get(f"/annotation/studies/{study.pk}/report").content.decode()
-    assert page.count("<svg") == 5 and "<script" not in page
-    for plot in ("margin", "reliability", "classes", "agreement", "seconds"):
-        assert f'id="plot-{plot}"><svg' in page
+    assert page.count("<svg") == 5 and page.count("<script") == 1  # site.js
     main = report["main"]
     assert f"{main['rate']:.3f}" in page and f"{main['chance']:.3f}" in page
     assert f"[{main['ci'][0]:.3f}, {main['ci'][1]:.3f}]" in page
     assert f"{main['k']} of {main['n']} contests" in page
     assert f"{report['margin_auc']['rcp']:.3f}" in page
     assert f"{report['icc1k']:.3f}" in page
+    margin = csv_rows(client, page, "margin")
     rcp_all = report["hit_rates"]["rcp"]["all"]
-    assert f"rcp all: {rcp_all['rate']:.0%} of {rcp_all['n']}" in page
+    row = next(r for r in margin if r["band"] == "all" and r["metric"] == "rcp")
+    assert float(row["rate"]) == pytest.approx(rcp_all["rate"])
+    assert int(row["contests"]) == rcp_all["n"]
+    drawn = texts(figure_svg(page, "margin"))
+    assert f"{rcp_all['rate'] * 100:.0f}%" in drawn  # the bar's label, two lines
+    assert f"n={rcp_all['n']}" in drawn
+    assert "RCP-nDCG winner" in drawn and "all decided" in drawn
+    assert "verdicts matching the metric's winner (%)" in drawn
     bins = [b for b in report["reliability_bins"] if b["count"]]
-    assert page.count('class="bin"') == len(bins)
-    assert page.count('class="hbar"') >= len(users)  # per annotator bars
-    for user in users:  # admins see who is who
-        assert user.username in page
+    assert marks(figure_svg(page, "reliability"), "reliability-points") == len(bins)
+    classes = {
+        r["class"]: int(r["contests"]) for r in csv_rows(client, page, "classes")
+    }
+    assert sum(classes.values()) == report["contests_graded"] == report["contests"]
+    agreement = figure_svg(page, "agreement")
+    for user in users:  # admins see who is who, on the axis
+        assert user.username in texts(agreement)
+    seconds = csv_rows(client, page, "seconds")
+    for r in seconds:
+        shown = f"{float(r['median_seconds']):.1f}"
+        assert re.search(
+            rf"<td>{r['annotator']}</td>.*?<td class=\"num\">{shown}</td>", page
+        )
     assert SECRET_COMMENT not in page
+    for name in ("margin", "reliability", "classes", "agreement", "seconds"):
+        assert_downloads(client, page, name)
+
+
+def test_report_before_any_grading_shows_empty_states_not_ties(study, admin_user):
+    """Nothing graded yet: no contest is a "verdict tie", the figures say there is
+    nothing to show, and the downloads are empty tables."""
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get(f"/annotation/studies/{study.pk}/report").content.decode()
+    report, _ = study_report_build(study=study)
+    assert report["contests"] > 0 and report["contests_graded"] == 0
+    assert report["verdicts"] == {"A": 0, "B": 0, "tie": 0}
+    assert report["verdict_classes"]["tie"] == 0
+    assert {r["class"] for r in report["per_contest"]} == {"ungraded"}
+    assert "(0 graded)" in page
+    for name in ("margin", "reliability", "classes"):
+        assert "No graded contests yet." in texts(figure_svg(page, name))
+        assert csv_rows(client, page, name) == []
+    assert "verdict tie" not in page
 
 
 def test_report_subset_form_excludes_a_system(simulated_study, admin_user):

@@ -7,13 +7,19 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from benchmarks.models import RankingEntry, System
+from benchmarks import tasks
+from benchmarks.models import RankingEntry, System, Upload
 from benchmarks.services import dataset_import, run_import
 from tests.conftest import DEMO_TINY
 
 pytestmark = pytest.mark.django_db
 
 RUN_TEXT = b"q1 Q0 q1-d5 1 9.0 up\nq1 Q0 q1-d0 2 3.0 up\n"
+
+
+@pytest.fixture(autouse=True)
+def _media(settings, tmp_path):
+    settings.MEDIA_ROOT = str(tmp_path / "media")
 
 
 @pytest.fixture
@@ -43,7 +49,7 @@ MATRIX = {
     "outsider": (403, 403),
     "annotator": (403, 403),
     "reviewer": (200, 403),
-    "admin": (200, 201),
+    "admin": (200, 202),
 }
 
 
@@ -73,7 +79,9 @@ def test_run_upload_permission_matrix(role, request, tiny, api_client_for):
         format="multipart",
     )
     assert response.status_code == MATRIX[role][1], response.content
-    assert System.objects.filter(name="uploaded").exists() == (MATRIX[role][1] == 201)
+    assert Upload.objects.filter(system_name="uploaded").exists() == (
+        MATRIX[role][1] == 202
+    )
 
 
 def test_dataset_list_shape_and_counts_in_constant_queries(
@@ -116,32 +124,45 @@ def test_documents_are_paginated(tiny, admin_user, api_client_for):
     assert page["previous"] and page["next"] is None
 
 
-def test_upload_creates_ranking_and_errors_use_one_shape(
-    tiny, admin_user, api_client_for
+def test_upload_is_imported_on_the_worker_and_errors_use_one_shape(
+    tiny, admin_user, api_client_for, django_capture_on_commit_callbacks
 ):
+    """202 with the upload; the worker task imports it; its status (and a refused
+    file's error, with the name the user sent and the line) is read back."""
     client = api_client_for(admin_user)
-    ok = client.post(
-        f"/api/v1/datasets/{tiny.pk}/runs",
-        {"system": "uploaded", "file": SimpleUploadedFile("up.trec", RUN_TEXT)},
-        format="multipart",
-    )
-    assert ok.status_code == 201 and ok.json()["n_rankings"] == 2
+    with django_capture_on_commit_callbacks(execute=True):
+        ok = client.post(
+            f"/api/v1/datasets/{tiny.pk}/runs",
+            {"system": "uploaded", "file": SimpleUploadedFile("up.trec", RUN_TEXT)},
+            format="multipart",
+        )
+    assert ok.status_code == 202 and ok.json()["status"] == "pending"
+    assert ok.json()["files"] == {"run": "up.trec"}
+    upload_id = ok.json()["id"]
+    assert tasks.upload_import_task(upload_id) == "done"
+    status = client.get(f"/api/v1/uploads/{upload_id}").json()
+    assert status["status"] == "done" and status["error"] is None
+    assert status["progress"]["percent"] == 100.0
     assert (
         RankingEntry.objects.get(system__name="uploaded", rank=1).document.external_id
         == "q1-d5"
     )
-    bad = client.post(
-        "/api/v1/datasets/tiny/runs",
-        {
-            "system": "broken",
-            "file": SimpleUploadedFile("bad.trec", b"q1 Q0 q1-d1 1 x t\n"),
-        },
-        format="multipart",
-    )
-    assert bad.status_code == 400
-    assert bad.json() == {
+    with django_capture_on_commit_callbacks(execute=True):
+        bad = client.post(
+            "/api/v1/datasets/tiny/runs",
+            {
+                "system": "broken",
+                "file": SimpleUploadedFile("bad.trec", b"q1 Q0 q1-d1 1 x t\n"),
+            },
+            format="multipart",
+        )
+    assert bad.status_code == 202
+    assert tasks.upload_import_task(bad.json()["id"]) == "failed"
+    failed = client.get(f"/api/v1/uploads/{bad.json()['id']}").json()
+    assert failed["error"] == {
         "message": "bad.trec, line 1: score 'x' is not a number",
-        "extra": {"path": "bad.trec", "line": 1},
+        "file": "bad.trec",
+        "line": 1,
     }
     assert not System.objects.filter(name="broken").exists()
     dup = client.post(

@@ -11,11 +11,13 @@ from django.urls import reverse
 
 from benchmarks.models import Qrel, RankingEntry, System
 from calibration import tasks
+from calibration.figures import QUESTIONS
 from calibration.models import CalibrationFit, FitStatus
 from calibration.selectors import leaderboard_compute
 from calibration.services import calibration_fit, gains_import
 from tests.calibration.conftest import write_released_gains
 from tests.calibration.factories import simulated_suite
+from tests.figures import assert_downloads, csv_rows, figure_svg, links, marks, texts
 
 pytestmark = pytest.mark.django_db
 
@@ -29,28 +31,65 @@ def sim_fit():
 def test_fit_page_shows_item_curves_tau_reliability_and_coverage(
     client, reviewer, sim_fit
 ):
+    """Four figures drawn from the fit's own numbers: curves labelled with each
+    criterion's question, one histogram bar group per tau bin summing to the
+    queries, one reliability point per non-empty bin; every CSV equals the page."""
     client.force_login(reviewer)
     page = client.get(
         reverse("calibration:fit-detail", args=[sim_fit.pk])
     ).content.decode()
-    assert page.count("<svg") == 4  # curves, tau histogram, reliability, coverage
-    assert "no CDN" not in page and "<script" not in page
-    for c in ("C1", "C2", "C3", "C4", "C5"):
-        assert f">{c} β=" in page  # legend of the item characteristic curves
-    assert 'class="gain-curve"' in page
-    assert page.count('class="bin"') == sum(
-        1 for b in sim_fit.diagnostics["reliability"]["bins"] if b["count"]
+    assert page.count("<svg") == 4
+    assert page.count("<script") == 1  # static/js/site.js only: figures need none
+    curves = texts(figure_svg(page, "item-curves"))
+    params = list(
+        zip(
+            sim_fit.items["criteria"],
+            sim_fit.items["gamma"],
+            sim_fit.items["beta"],
+            strict=True,
+        )
     )
+    for c, g, b in params:
+        assert f"{c} (β = {b:.2f}): {QUESTIONS[c]}" in " ".join(curves)
+        assert f'<td>{QUESTIONS[c]}</td><td class="num">{g:.3f}</td>' in page
+    assert "calibrated ability θ̃ (logit scale)" in curves
+    assert "P(criterion passed) (%)" in curves
+    items = csv_rows(client, page, "item-curves")
+    assert [(r["criterion"], float(r["gamma"]), float(r["beta"])) for r in items] == [
+        (c, pytest.approx(g), pytest.approx(b)) for c, g, b in params
+    ]
+    taus = [
+        t for t in sim_fit.query_rows.values_list("tau", flat=True) if t is not None
+    ]
+    tau_rows = csv_rows(client, page, "tau")
+    assert sum(int(r["queries"]) for r in tau_rows) == len(taus)
+    assert min(float(r["bin_lo"]) for r in tau_rows) == pytest.approx(min(taus))
+    tau_texts = texts(figure_svg(page, "tau"))
+    assert "queries (count)" in tau_texts
+    assert any(t.startswith("p5 = ") for t in tau_texts)
+    bins = sim_fit.diagnostics["reliability"]["bins"]
+    rel = figure_svg(page, "reliability")
+    assert marks(rel, "reliability-points") == sum(1 for b in bins if b["count"])
+    assert [int(r["verdicts"]) for r in csv_rows(client, page, "reliability")] == [
+        b["count"] for b in bins
+    ]
     ece = sim_fit.diagnostics["reliability"]["ece"]
     assert f'<strong id="ece">{ece:.4f}</strong>' in page
-    gamma0 = sim_fit.items["gamma"][0]
-    assert f"{gamma0:.3f}" in page
-    assert "p5" in page and "p95" in page and "Queries calibrated" in page
+    cov = sim_fit.diagnostics["coverage"]
+    shares = {r["part"]: float(r["share"]) for r in csv_rows(client, page, "coverage")}
+    assert shares["invalid Stage A windows"] == pytest.approx(
+        cov["invalid_share"]["tournament"]
+    )
+    assert "Queries calibrated" in page
+    for name in ("item-curves", "tau", "reliability", "coverage"):
+        assert_downloads(client, page, name)
 
 
 def test_leaderboard_page_has_ci_bars_pair_matrix_and_rank_changes(
     client, reviewer, tiny, tmp_path
 ):
+    """CI plots name every system on their axis and their CSV holds the table's
+    numbers; the pair matrix's CSV holds each ordered pair's delta and class."""
     gains_import(dataset=tiny, path=write_released_gains(tmp_path / "g.tsv"))
     client.force_login(reviewer)
     page = client.get(
@@ -59,12 +98,32 @@ def test_leaderboard_page_has_ci_bars_pair_matrix_and_rank_changes(
     ).content.decode()
     # Count-nDCG is empty for released gains: two CI plots, two pair matrices.
     assert page.count("<svg") == 4
-    assert page.count('class="ci"') == 4  # 2 systems x 2 metrics, no rank change
     rows = re.findall(r"<tr><td>(\d)</td><td>(\w+)</td>", page)
     assert rows == [("1", "reranker"), ("2", "bm25")]
     assert "0.8665" in page and ("0.9866" in page or "0.9865" in page)
-    assert 'class="cell open"' in page  # not separated at p < 0.05, outside tie zone
-    assert "Δ +0.1201" in page  # reranker - bm25 under RCP
+    ci = figure_svg(page, "ci-rcp-ndcg")
+    assert {"reranker", "bm25"} <= set(texts(ci))
+    assert "RCP-nDCG@5 (0–1, higher is better)" in texts(ci)
+    points = [marks(ci, f"ci-rcp-ndcg-point-{i}") > 0 for i in range(3)]
+    assert points == [True, True, False]  # one point per system
+    for r in csv_rows(client, page, "ci-rcp-ndcg"):
+        cell = re.search(
+            rf"<td>{r['system']}</td>\s*<td class=\"num\">([\d.]+) "
+            rf'<span class="muted">\[([\d.]+), ([\d.]+)\]',
+            page,
+        )
+        assert f"{float(r['value']):.4f}" == cell.group(1)
+        assert f"{float(r['ci_lo']):.3f}" == cell.group(2)
+        assert r["rank_changed"] == "False"
+    pairs = csv_rows(client, page, "pairs-rcp-ndcg")
+    assert len(pairs) == 2  # both orders of the one pair
+    up = next(r for r in pairs if r["column_system"] == "reranker")
+    assert f"{float(up['delta']):+.4f}" == "+0.1201"
+    assert up["class"] == "open"  # not separated at p < 0.05, outside tie zone
+    assert "+12.0" in texts(figure_svg(page, "pairs-rcp-ndcg"))
+    assert_downloads(client, page, "ci-rcp-ndcg")
+    missing = links(page, "ci-rcp-ndcg")["csv"].replace("ci-rcp-ndcg", "nope")
+    assert client.get(missing).status_code == 404
 
 
 def test_rank_changes_are_highlighted(client, admin_user):
@@ -102,7 +161,12 @@ def test_rank_changes_are_highlighted(client, admin_user):
         page.count('class="num rank-changed"')
         == 2 + (ranks["truth"]["count_ndcg"] != 1) * 2
     )
-    assert page.count('class="ci changed"') == page.count('class="num rank-changed"')
+    changed = sum(
+        r["rank_changed"] == "True"
+        for name in ("ci-rcp-ndcg", "ci-count-ndcg", "ci-qrel-ndcg")
+        for r in csv_rows(client, page, name)
+    )
+    assert changed == page.count('class="num rank-changed"')
     assert "▼2" in page and "▲1" in page
 
 

@@ -126,6 +126,11 @@ def test_admin_estimates_launches_and_watches_a_job(live_server, worker):
             )
             final = page.inner_text("#progress")
             assert first != final and "60 / 60 windows (100.0%)" in final
+            # The controls came with the block: none left once the job is done,
+            # without a reload.
+            assert "Cancel job" in first
+            assert page.query_selector("#cancel") is None
+            assert page.query_selector("#pause") is None
             assert page.url.endswith(f"/judging/jobs/{JudgingJob.objects.get().pk}/")
         assert JudgmentWindow.objects.filter(status="done", valid=True).count() == 60
         assert server.stats()["chat_requests"] == 60
