@@ -117,6 +117,38 @@ class StudyForm(forms.Form):
         min_value=0, max_value=1, initial=0.25, label="Quota: concordant controls"
     )
     seed = forms.IntegerField(min_value=0, initial=0)
+    # Design controls and analysis settings (issue 14); all optional.
+    metric_k = forms.IntegerField(
+        min_value=1,
+        max_value=1000,
+        initial=10,
+        required=False,
+        label="Draw depth (nDCG cut-off)",
+    )
+    balance_pairs = forms.BooleanField(
+        required=False, label="Balance system pairs within each cell"
+    )
+    max_per_query = forms.IntegerField(
+        min_value=1, required=False, label="At most this many contests per query"
+    )
+    verdict_rule = forms.ChoiceField(
+        choices=[
+            ("majority", "strict majority of all picks"),
+            ("plurality", "plurality"),
+        ],
+        initial="majority",
+        required=False,
+    )
+    stopping_rule = forms.ChoiceField(
+        choices=[
+            ("fixed", "fixed sample"),
+            ("obrien_fleming", "O'Brien-Fleming alpha spending"),
+            ("pocock", "Pocock alpha spending"),
+        ],
+        initial="fixed",
+        required=False,
+        label="Stopping rule (registered when the study opens)",
+    )
     lease_minutes = forms.IntegerField(min_value=1, initial=30)
     collect_order = forms.BooleanField(
         required=False, label="Ask for an order of equally graded documents"
@@ -143,6 +175,13 @@ class StudyForm(forms.Form):
                 sampling.CONCORDANT: data["quota_concordant"],
             },
             "seed": data["seed"],
+            "metric_k": data["metric_k"] or services.METRIC_K,
+            "controls": sampling.Controls(
+                balance_pairs=data["balance_pairs"],
+                max_per_query=data["max_per_query"],
+                # A zero concordant quota means the reference's design: no controls.
+                concordant_controls=data["quota_concordant"] > 0,
+            ),
         }
 
 
@@ -167,6 +206,10 @@ def study_list(request: HttpRequest) -> HttpResponse:
                         collect_comments=data["collect_comments"],
                         created_by=request.user,
                         open_now=data["open_now"],
+                        verdict_rule=data["verdict_rule"] or "majority",
+                        analysis_plan={
+                            "stopping_rule": {"kind": data["stopping_rule"] or "fixed"}
+                        },
                     )
                     messages.success(
                         request,

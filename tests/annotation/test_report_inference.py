@@ -179,3 +179,32 @@ def test_report_shows_cells_at_draw_and_shown_depth(simulated_study, admin_user)
     client.force_login(admin_user)
     page = client.get(f"/annotation/studies/{study.pk}/report").content.decode()
     assert f'id="cells-changed">{moved}<' in page and "nDCG@10" in page
+
+
+def test_create_page_sets_draw_depth_controls_rule_and_stopping(world, admin_user):
+    from annotation.models import Study
+    from tests.annotation.test_pages import _form
+
+    client = Client()
+    client.force_login(admin_user)
+    form = _form(
+        world,
+        create="1",
+        open_now="on",
+        contests=5,
+        quota_decisive=0.6,
+        quota_marginal=0.4,
+        quota_concordant=0,
+        metric_k=5,
+        verdict_rule="plurality",
+        stopping_rule="pocock",
+        max_per_query=2,
+        balance_pairs="on",
+    )
+    assert client.post("/annotation/studies/", form).status_code == 302
+    study = Study.objects.get(name="From the page")
+    assert study.design["metric_k"] == 5 and study.design["verdict_rule"] == "plurality"
+    assert study.design["controls"]["concordant_controls"] is False
+    assert study.design["controls"]["max_per_query"] == 2
+    assert not Contest.objects.filter(study=study, cell="concordant").exists()
+    assert study.registered_plan["stopping_rule"] == {"kind": "pocock"}
