@@ -26,7 +26,7 @@ from benchmarks.models import Dataset, System
 from portal.figures import figure_response, shown
 from rcp_platform.exceptions import ApplicationError
 
-from . import acceptance, markdown, sampling, selectors, services
+from . import acceptance, markdown, report_sections, sampling, selectors, services
 from .figures import report_figures
 from .models import ReleaseStatus, Study
 
@@ -588,6 +588,12 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
                 ),
                 key=lambda row: -row[1],
             ),
+            # Sections other apps add to the report (e.g. LLM panels), shown last.
+            "section_templates": [
+                s.template
+                for s in report_sections.sections()
+                if s.template and s.key in report
+            ],
         },
     )
 

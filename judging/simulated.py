@@ -12,6 +12,14 @@ It reads prompts rendered by ``judging.prompts`` (documents from
 - Stage B: criterion k passes with probability sigmoid(a_k * (r - b_k)), a 2PL
   with increasing thresholds b for C1..C5 (``RUBRIC_THRESHOLDS``).
 
+Panel prompts (``panels.prompts``: a ``<lists>`` block of two ``<list>`` elements,
+or a ``<questions>`` block and ``<documents>``) are answered too: lists mode names
+the list of higher quality (the DCG of sigmoid(relevance) over its documents) with
+probability sigmoid(``list_signal`` * difference), except that with probability
+``position_bias`` it names List 1 whatever it holds; rubric mode answers each
+question like Stage B, the document's relevance shifted by up to
++/-``rubric_position_bias`` from the first shown document to the last.
+
 Faults are injected with probability ``fault_rate`` per chat request (chosen by a
 seeded request counter) or forced in order by ``fault_sequence``: HTTP 429, HTTP
 500, a timeout (the server sleeps past the client's read timeout), malformed JSON,
@@ -44,12 +52,14 @@ from judging.prompts import PASSAGES_PLACEHOLDER, QUERY_PLACEHOLDER, template
 
 __all__ = [
     "FAULTS",
+    "PanelPrompt",
     "Prompt",
     "RUBRIC_DISCRIMINATION",
     "RUBRIC_THRESHOLDS",
     "SimulatedJudge",
     "SimulatedJudgeServer",
     "SimulatedOptions",
+    "read_panel_prompt",
     "read_prompt",
     "start_simulated_judge",
 ]
@@ -195,6 +205,76 @@ class SimulatedJudge:
             for i, verdicts in enumerate(self.rubric_answers(texts, n_criteria, query))
         }
 
+    # -- panel prompts ----------------------------------------------------------
+    def list_quality(self, query: str, texts: list[str]) -> float:
+        """DCG of sigmoid(hidden relevance) over a ranked list (rank 1 first)."""
+        return sum(
+            _sigmoid(self.relevance(t, query)) / math.log2(i + 2)
+            for i, t in enumerate(texts)
+        )
+
+    def list_one_probability(
+        self,
+        query: str,
+        list_1: list[str],
+        list_2: list[str],
+        *,
+        position_bias: float = 0.0,
+        signal: float = 8.0,
+    ) -> float:
+        """P(the judge names List 1): bias, else a logistic of the quality gap."""
+        gap = self.list_quality(query, list_1) - self.list_quality(query, list_2)
+        return position_bias + (1 - position_bias) * _sigmoid(signal * gap)
+
+    def lists_answer(
+        self,
+        query: str,
+        list_1: list[str],
+        list_2: list[str],
+        *,
+        key: str,
+        position_bias: float = 0.0,
+        signal: float = 8.0,
+    ) -> dict[str, Any]:
+        """A lists-mode answer; ``key`` (the prompt hash) seeds the draw."""
+        p = self.list_one_probability(
+            query, list_1, list_2, position_bias=position_bias, signal=signal
+        )
+        better = 1 if _unit(self.seed, "panel-lists", key) < p else 2
+        return {
+            "reasoning": "Compared the usefulness of both lists, top first.",
+            "better": f"List {better}",
+        }
+
+    def panel_rubric_answer(
+        self,
+        query: str,
+        texts: list[str],
+        keys: list[str],
+        *,
+        key: str,
+        position_bias: float = 0.0,
+    ) -> dict[str, Any]:
+        """A rubric-mode answer: question k passes with sigmoid(a_k (r' - b_k)),
+        r' = relevance + position_bias * (1 - 2 i / (n - 1)) for the i-th shown."""
+        thresholds, discrimination = _criteria_params(len(keys))
+        n = len(texts)
+        out = {}
+        for i, t in enumerate(texts):
+            shift = position_bias * (1 - 2 * i / (n - 1)) if n > 1 else 0.0
+            r = self.relevance(t, query) + shift
+            out[f"doc_{i + 1}"] = {
+                "reasoning": "Judged against each question on its own.",
+                "answers": {
+                    k: _unit(self.seed, "panel-rubric", key, i, j)
+                    < _sigmoid(g * (r - b))
+                    for j, (k, b, g) in enumerate(
+                        zip(keys, thresholds, discrimination, strict=True)
+                    )
+                },
+            }
+        return out
+
 
 # ---------------------------------------------------------------------------
 # Reading our prompts
@@ -246,6 +326,45 @@ def read_prompt(text: str, response_format: Any = None) -> Prompt | None:
     return Prompt(stage, query, texts, max(labels) if labels else 5)
 
 
+_LIST_BLOCK = re.compile(r'<list id="list_(\d)">\n(.*?)\n</list>', re.S)
+_ANY_DOC = re.compile(r'<doc id="[^"]+">\n(.*?)\n</doc>', re.S)
+_QUESTION = re.compile(r'<question id="([^"]+)">')
+_PANEL_QUERY = re.compile(r"## Query\n(.*?)\n\n## (?:Lists|Documents)\n", re.S)
+
+
+@dataclass(frozen=True)
+class PanelPrompt:
+    """A panel prompt: ``lists`` (two lists of texts) or ``rubric`` (texts, keys)."""
+
+    mode: str
+    query: str
+    lists: tuple[list[str], ...] = ()
+    texts: list[str] = field(default_factory=list)
+    keys: list[str] = field(default_factory=list)
+
+
+def read_panel_prompt(text: str) -> PanelPrompt | None:
+    """Mode, query and documents of a ``panels.prompts`` prompt (None if not one)."""
+    query_match = _PANEL_QUERY.search(text)
+    query = query_match.group(1) if query_match else ""  # sent unescaped
+    if "<lists>" in text:
+        lists = {
+            int(n): [html.unescape(b) for b in _ANY_DOC.findall(body)]
+            for n, body in _LIST_BLOCK.findall(text)
+        }
+        if set(lists) != {1, 2}:
+            return None
+        return PanelPrompt("lists", query, lists=(lists[1], lists[2]))
+    if "<questions>" in text:
+        block = _DOCUMENTS.search(text)
+        if block is None:
+            return None
+        texts = [html.unescape(b) for _, b in _DOC.findall(block.group(0))]
+        keys = [html.unescape(k) for k in _QUESTION.findall(text)]
+        return PanelPrompt("rubric", query, texts=texts, keys=keys)
+    return None
+
+
 # ---------------------------------------------------------------------------
 # The HTTP server
 # ---------------------------------------------------------------------------
@@ -263,8 +382,15 @@ class SimulatedOptions:
     hang_s: float | None = None
     api_key: str | None = None
     model: str | None = None
+    # Panel prompts only (see the module docstring); defaults: an unbiased judge.
+    position_bias: float = 0.0
+    list_signal: float = 8.0
+    rubric_position_bias: float = 0.0
+    keep_prompts: bool = False  # tests: keep every chat prompt's text (prompt_texts)
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.position_bias <= 1.0:
+            raise ValueError("position_bias must be between 0 and 1")
         unknown = set(self.faults) - set(FAULTS)
         unknown |= set(self.fault_sequence) - set(FAULTS) - {NO_FAULT}
         if unknown:
@@ -319,6 +445,7 @@ class SimulatedJudgeServer(ThreadingHTTPServer):
         self.counters = _Counters()
         self.fault_counter = 0
         self.stopping = threading.Event()
+        self.prompt_texts: list[str] = []
 
     @property
     def url(self) -> str:
@@ -507,13 +634,23 @@ class _Handler(BaseHTTPRequestHandler):
             return "400", 400, self._error_body(400, message, "invalid_request"), None
         messages = payload.get("messages") or []
         text = _message_text(messages[-1]) if messages else ""
-        prompt = read_prompt(text, payload.get("response_format"))
+        panel = read_panel_prompt(text)
+        prompt = (
+            None
+            if panel is not None
+            else read_prompt(text, payload.get("response_format"))
+        )
         digest = hashlib.sha256(text.strip().encode()).hexdigest()
         with server.lock:
             server.counters.prompts[digest] += 1
+            if opts.keep_prompts:
+                server.prompt_texts.append(text)
             if prompt is not None:
                 server.counters.stages[prompt.stage] += 1
                 server.counters.queries[prompt.query] += 1
+            if panel is not None:
+                server.counters.stages[f"panel_{panel.mode}"] += 1
+                server.counters.queries[panel.query] += 1
 
         fault = server.next_fault()
         if opts.latency_ms > 0 and server.stopping.wait(opts.latency_ms / 1000):
@@ -527,7 +664,10 @@ class _Handler(BaseHTTPRequestHandler):
         if fault == "timeout" and self._hang(opts.hang_s):
             return "stopped", 0, None, digest
 
-        content, finish = self._content(prompt, fault)
+        if panel is not None:
+            content, finish = self._panel_content(panel, digest, fault)
+        else:
+            content, finish = self._content(prompt, fault)
         prompt_tokens, completion_tokens = _approx_tokens(text), _approx_tokens(content)
         body = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -588,6 +728,38 @@ class _Handler(BaseHTTPRequestHandler):
         content = json.dumps(answer)
         if fault == "malformed":
             return content[:-1] + ",}", "stop"  # a trailing comma: not JSON
+        if fault == "truncated":
+            return content[: len(content) * 3 // 5], "length"
+        return content, "stop"
+
+    def _panel_content(
+        self, panel: PanelPrompt, digest: str, fault: str
+    ) -> tuple[str, str]:
+        judge, opts = self.server.judge, self.server.options
+        if panel.mode == "lists":
+            answer = judge.lists_answer(
+                panel.query,
+                panel.lists[0],
+                panel.lists[1],
+                key=digest,
+                position_bias=opts.position_bias,
+                signal=opts.list_signal,
+            )
+            if fault == "missing_doc":
+                del answer["better"]
+        else:
+            answer = judge.panel_rubric_answer(
+                panel.query,
+                panel.texts,
+                panel.keys,
+                key=digest,
+                position_bias=opts.rubric_position_bias,
+            )
+            if fault == "missing_doc" and panel.texts:
+                del answer[f"doc_{len(panel.texts)}"]
+        content = json.dumps(answer)
+        if fault == "malformed":
+            return content[:-1] + ",}", "stop"
         if fault == "truncated":
             return content[: len(content) * 3 // 5], "length"
         return content, "stop"

@@ -113,6 +113,7 @@ INSTALLED_APPS = [
     "judging",
     "calibration",
     "annotation",
+    "panels",
     "portal",
 ]
 
@@ -314,6 +315,8 @@ JUDGING_HEARTBEAT_STALE_S = env.int("JUDGING_HEARTBEAT_STALE_S", default=60)
 # Processes one judging job uses (its queries are shared out); request handling is
 # CPU-bound in Python, so high-concurrency judges want one per core.
 JUDGING_PROCESSES = env.int("JUDGING_PROCESSES", default=1)
+# A running LLM panel run whose heartbeat is older than this is taken over on resume.
+PANELS_HEARTBEAT_STALE_S = env.int("PANELS_HEARTBEAT_STALE_S", default=60)
 
 # ---------------------------------------------------------------------------- LOGGING
 LOGGING = {

@@ -9,6 +9,7 @@ from annotation import urls as annotation_urls
 from benchmarks import urls as benchmarks_urls
 from calibration import urls as calibration_urls
 from judging import urls as judging_urls
+from panels import urls as panels_urls
 from portal import views as portal_views
 from portal.apis import ApiIndexApi, TokenObtainApi
 
@@ -33,10 +34,12 @@ urlpatterns = [
     path("api/v1/", include((judging_urls.api_urlpatterns, "judging-api"))),
     path("api/v1/", include((calibration_urls.api_urlpatterns, "calibration-api"))),
     path("api/v1/", include((annotation_urls.api_urlpatterns, "annotation-api"))),
+    path("api/v1/", include((panels_urls.api_urlpatterns, "panels-api"))),
     path("benchmarks/", include("benchmarks.urls")),
     path("judging/", include("judging.urls")),
     path("calibration/", include("calibration.urls")),
     path("annotation/", include("annotation.urls")),
+    path("panels/", include("panels.urls")),
     path("favicon.ico", portal_views.favicon, name="favicon"),
     path("", portal_views.home, name="home"),
 ]

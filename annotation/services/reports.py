@@ -25,7 +25,7 @@ from calibration.models import DocumentAbility
 from rcp_platform.exceptions import ApplicationError
 from rcp_platform.keys import weak_key_reason
 
-from .. import release_format
+from .. import release_format, report_sections
 from ..analysis import Annotation, Contest, StudyConfig, annotator_pick, study_report
 from ..analysis.picks import TIE_MARGIN
 from ..analysis.rules import VERDICT_RULES
@@ -487,6 +487,7 @@ def study_report_build(
         draw_depth=(study.design or {}).get("metric_k"),
         severity=severity,
     )
+    report.update(report_sections.sections_build(study=study, report=report))
     users = dict(
         get_user_model()
         .objects.filter(pk__in=list(pseudonyms))

@@ -197,6 +197,14 @@ class Command(BaseCommand):
                 f"  severity (Rasch): sd {sev['severity_sd']:.3f} logits; largest "
                 f"fair-minus-raw grade shift {sev['largest_shift']:.3f}"
             )
+        for run in report.get("panels", {}).get("runs", []):
+            agree = run["agreement"]
+            out(
+                f"  LLM panel {run['panel']!r} ({run['mode']}, {run['status']}): "
+                f"decided {_pct(run['decided'])}; agrees with humans "
+                f"{_pct(agree['human'])}, RCP {_pct(agree['rcp']['all'])}, "
+                f"qrel {_pct(agree['qrel']['all'])}"
+            )
         _inference(out, report["inference"])
         if "plan" in report:
             _plan(out, report["plan"], report["sequential"])

@@ -43,6 +43,18 @@ class Command(BaseCommand):
         parser.add_argument(
             "--api-key", default=None, help="require this bearer key (others get 401)"
         )
+        parser.add_argument(
+            "--position-bias",
+            type=float,
+            default=0.0,
+            help="panel lists prompts: probability of naming List 1 whatever it holds",
+        )
+        parser.add_argument(
+            "--rubric-position-bias",
+            type=float,
+            default=0.0,
+            help="panel rubric prompts: relevance boost of the first shown document",
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         faults = tuple(f.strip() for f in str(opts["faults"]).split(",") if f.strip())
@@ -55,6 +67,8 @@ class Command(BaseCommand):
                 hang_s=opts["hang_s"],
                 model=opts["model"],
                 api_key=opts["api_key"],
+                position_bias=opts["position_bias"],
+                rubric_position_bias=opts["rubric_position_bias"],
             )
             server = SimulatedJudgeServer((opts["host"], opts["port"]), options)
         except ValueError as exc:
