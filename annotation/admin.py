@@ -27,6 +27,7 @@ from .models import (
     Grade,
     Release,
     Study,
+    StudyLook,
     StudyMember,
 )
 
@@ -86,6 +87,9 @@ class StudyAdmin(admin.ModelAdmin):
         "created_at",
         "opened_at",
         "closed_at",
+        "analysis_plan",
+        "registered_plan",
+        "registered_at",
     ]
     fields = [
         "name",
@@ -245,4 +249,26 @@ class ReleaseAdmin(ReadOnlyAdmin):
         "created_at",
         "finished_at",
         "lease_expires_at",
+    ]
+
+
+@admin.register(StudyLook)
+class StudyLookAdmin(ReadOnlyAdmin):
+    """Interim looks, read-only: recorded by the report services while a study is
+    open (``services.looks``); boundaries are recomputed from them in the report."""
+
+    list_display = ["study", "number", "created_at", "information", "rate", "z"]
+    search_fields = ["study__name"]
+    readonly_fields = [
+        "study",
+        "number",
+        "created_at",
+        "fingerprint",
+        "complete_contests",
+        "information",
+        "k",
+        "n",
+        "rate",
+        "chance",
+        "z",
     ]

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from benchmarks.selectors import dataset_get
 
-from . import selectors, services
+from . import sampling, selectors, services
 
 
 class IsAnnotator(permissions.BasePermission):
@@ -163,6 +163,14 @@ class PlanInput(serializers.Serializer):
         child=serializers.FloatField(min_value=0, max_value=1), required=False
     )
     seed = serializers.IntegerField(min_value=0, default=0)
+    # Design controls (issue 14), all optional.
+    metric_k = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+    dataset_quotas = serializers.DictField(
+        child=serializers.FloatField(min_value=0, max_value=1), required=False
+    )
+    balance_pairs = serializers.BooleanField(default=False)
+    max_per_query = serializers.IntegerField(min_value=1, required=False)
+    concordant_controls = serializers.BooleanField(default=True)
 
 
 def _plan_kwargs(request: Request, data: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +183,13 @@ def _plan_kwargs(request: Request, data: dict[str, Any]) -> dict[str, Any]:
         "depth": data["depth"],
         "quotas": data.get("quotas") or None,
         "seed": data["seed"],
+        "metric_k": data["metric_k"],
+        "controls": sampling.Controls(
+            dataset_quotas=data.get("dataset_quotas") or None,
+            balance_pairs=data["balance_pairs"],
+            max_per_query=data.get("max_per_query"),
+            concordant_controls=data["concordant_controls"],
+        ),
     }
 
 
@@ -185,6 +200,9 @@ class PlanOutput(serializers.Serializer):
     available = serializers.DictField(child=serializers.IntegerField())
     requested = serializers.DictField(child=serializers.IntegerField())
     drawn = serializers.DictField(child=serializers.IntegerField())
+    by_dataset = serializers.DictField(child=serializers.IntegerField())
+    controls = serializers.JSONField()
+    metric_k = serializers.IntegerField()
 
 
 class StudyOutput(serializers.Serializer):
@@ -225,6 +243,9 @@ class StudyListApi(APIView):
         instructions = serializers.CharField(required=False, allow_blank=True)
         questions = RubricQuestionOutput(many=True, required=False)
         open = serializers.BooleanField(default=False)
+        verdict_rule = serializers.ChoiceField(
+            choices=["majority", "plurality"], default="majority"
+        )
 
     @extend_schema(responses=StudyOutput(many=True))
     def get(self, request: Request) -> Response:
@@ -247,6 +268,7 @@ class StudyListApi(APIView):
             collect_comments=v["collect_comments"],
             instructions=v.get("instructions"),
             questions=v.get("questions"),
+            verdict_rule=v["verdict_rule"],
             created_by=request.user,
             open_now=v["open"],
         )
@@ -262,6 +284,31 @@ class StudyPlanApi(APIView):
         data.is_valid(raise_exception=True)
         planned = services.study_plan(**_plan_kwargs(request, data.validated_data))
         return Response(PlanOutput(planned.summary()).data)
+
+
+class StudyPowerApi(APIView):
+    """Power planner: contests needed for a target power, and the power of a size.
+    ``study`` (id) fills a missing chance rate / counted share from its contests."""
+
+    class PowerInput(serializers.Serializer):
+        true_rate = serializers.FloatField()
+        chance_rate = serializers.FloatField(required=False)
+        counted_share = serializers.FloatField(required=False)
+        power = serializers.FloatField(default=0.8)
+        alpha = serializers.FloatField(default=0.05)
+        design_effect = serializers.FloatField(default=1.0)
+        one_sided = serializers.BooleanField(default=False)
+        contests = serializers.IntegerField(required=False, min_value=1)
+        study = serializers.IntegerField(required=False)
+
+    @extend_schema(parameters=[PowerInput], responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request) -> Response:
+        data = self.PowerInput(data=request.query_params)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        if "study" in v:
+            v["study"] = selectors.study_get(user=request.user, study_id=v["study"])
+        return Response(services.power_plan_build(**v))
 
 
 class StudyDetailApi(APIView):
@@ -322,16 +369,60 @@ class StudyMemberListApi(APIView):
         )
 
 
+class StudyAnalysisPlanApi(APIView):
+    """The study's analysis plan: GET the effective and registered plan; POST (staff,
+    draft studies only) sets entries of the plan, frozen when the study opens."""
+
+    class PlanEntriesInput(serializers.Serializer):
+        primary_endpoint = serializers.ChoiceField(
+            choices=["main", "disagreements"], required=False
+        )
+        slices = serializers.ListField(child=serializers.CharField(), required=False)
+        alpha = serializers.FloatField(required=False)
+        planned_contests = serializers.IntegerField(min_value=1, required=False)
+        stopping_rule = serializers.ChoiceField(
+            choices=["fixed", "obrien_fleming", "pocock"], required=False
+        )
+
+    @staticmethod
+    def _out(study: Any) -> dict[str, Any]:
+        return {
+            "effective": services.study_plan_effective(study),
+            "registered": study.registered_plan,
+            "registered_at": study.registered_at,
+        }
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, study_id: int) -> Response:
+        study = selectors.study_get(user=request.user, study_id=study_id)
+        return Response(self._out(study))
+
+    @extend_schema(request=PlanEntriesInput, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, study_id: int) -> Response:
+        study = selectors.study_get(user=request.user, study_id=study_id)
+        data = self.PlanEntriesInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        plan = dict(data.validated_data)
+        if "stopping_rule" in plan:
+            plan["stopping_rule"] = {"kind": plan["stopping_rule"]}
+        study = services.study_analysis_plan_set(study=study, plan=plan)
+        return Response(self._out(study))
+
+
 class StudyReportApi(APIView):
     """The study's analysis as JSON (staff only: it holds annotator flags keyed by
-    pseudonym). ``?exclude_system=NAME`` (repeatable) leaves a system's contests out."""
+    pseudonym). ``?exclude_system=NAME`` (repeatable) leaves a system's contests out;
+    ``?system=NAME`` adds that system's slices to ``inference.slices``."""
 
     permission_classes = [permissions.IsAdminUser]
 
     @extend_schema(responses=OpenApiTypes.OBJECT)  # the report's own nested shape
     def get(self, request: Request, study_id: int) -> Response:
         study = selectors.study_get(user=request.user, study_id=study_id)
-        report, _names = services.study_report_build(
-            study=study, exclude_systems=request.query_params.getlist("exclude_system")
+        report, _names = services.study_report_requested(
+            study=study,
+            exclude_systems=request.query_params.getlist("exclude_system"),
+            focus_system=request.query_params.get("system", ""),
+            severity=request.query_params.get("severity") == "1",
         )
         return Response(report)

@@ -140,6 +140,11 @@ class Study(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     opened_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    # Pre-registration (issue 14): the analysis plan, editable while a draft, and the
+    # copy frozen when the study first opens (``looks.PLAN_KEYS``).
+    analysis_plan = models.JSONField(default=dict, blank=True)
+    registered_plan = models.JSONField(null=True, blank=True)
+    registered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "studies"
@@ -619,3 +624,40 @@ class Release(models.Model):
 
     def __str__(self) -> str:
         return f"study {self.study_id} release {self.number}"
+
+
+class StudyLook(models.Model):
+    """A report requested while its study was open: an interim look (issue 14).
+
+    ``information`` is the information fraction (contests with a full panel over the
+    planned contests); ``z`` the main measure's clustered Wald statistic against its
+    chance rate. ``fingerprint`` identifies the data seen, so re-reading a report over
+    unchanged data records no new look. Boundaries are recomputed from all looks.
+    """
+
+    study = models.ForeignKey(Study, on_delete=models.CASCADE, related_name="looks")
+    number = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    fingerprint = models.CharField(max_length=64)
+    complete_contests = models.PositiveIntegerField()
+    information = models.FloatField()
+    k = models.PositiveIntegerField()
+    n = models.PositiveIntegerField()
+    rate = models.FloatField(null=True, blank=True)
+    chance = models.FloatField(null=True, blank=True)
+    z = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["study_id", "number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["study", "number"], name="study_look_unique_number"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(information__gt=0, information__lte=1),
+                name="study_look_information_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"study {self.study_id} look {self.number}"

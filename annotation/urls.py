@@ -8,6 +8,7 @@ app_name = "annotation"
 urlpatterns = [
     path("", views.home, name="home"),
     path("studies/", views.study_list, name="study-list"),
+    path("studies/power", views.study_power, name="study-power"),
     path("releases/", views.release_index, name="release-list"),
     path("annotators/", views.annotator_list, name="annotator-list"),
     path(
@@ -63,7 +64,13 @@ urlpatterns = [
 api_urlpatterns = [
     path("studies", apis.StudyListApi.as_view(), name="study-list"),
     path("studies/plan", apis.StudyPlanApi.as_view(), name="study-plan"),
+    path("studies/power", apis.StudyPowerApi.as_view(), name="study-power"),
     path("studies/<int:study_id>", apis.StudyDetailApi.as_view(), name="study-detail"),
+    path(
+        "studies/<int:study_id>/plan",
+        apis.StudyAnalysisPlanApi.as_view(),
+        name="study-analysis-plan",
+    ),
     path(
         "studies/<int:study_id>/report",
         apis.StudyReportApi.as_view(),

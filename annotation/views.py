@@ -117,6 +117,38 @@ class StudyForm(forms.Form):
         min_value=0, max_value=1, initial=0.25, label="Quota: concordant controls"
     )
     seed = forms.IntegerField(min_value=0, initial=0)
+    # Design controls and analysis settings (issue 14); all optional.
+    metric_k = forms.IntegerField(
+        min_value=1,
+        max_value=1000,
+        initial=10,
+        required=False,
+        label="Draw depth (nDCG cut-off)",
+    )
+    balance_pairs = forms.BooleanField(
+        required=False, label="Balance system pairs within each cell"
+    )
+    max_per_query = forms.IntegerField(
+        min_value=1, required=False, label="At most this many contests per query"
+    )
+    verdict_rule = forms.ChoiceField(
+        choices=[
+            ("majority", "strict majority of all picks"),
+            ("plurality", "plurality"),
+        ],
+        initial="majority",
+        required=False,
+    )
+    stopping_rule = forms.ChoiceField(
+        choices=[
+            ("fixed", "fixed sample"),
+            ("obrien_fleming", "O'Brien-Fleming alpha spending"),
+            ("pocock", "Pocock alpha spending"),
+        ],
+        initial="fixed",
+        required=False,
+        label="Stopping rule (registered when the study opens)",
+    )
     lease_minutes = forms.IntegerField(
         min_value=1, max_value=services.MAX_LEASE_MINUTES, initial=30
     )
@@ -145,6 +177,13 @@ class StudyForm(forms.Form):
                 sampling.CONCORDANT: data["quota_concordant"],
             },
             "seed": data["seed"],
+            "metric_k": data["metric_k"] or services.METRIC_K,
+            "controls": sampling.Controls(
+                balance_pairs=data["balance_pairs"],
+                max_per_query=data["max_per_query"],
+                # A zero concordant quota means the reference's design: no controls.
+                concordant_controls=data["quota_concordant"] > 0,
+            ),
         }
 
 
@@ -169,6 +208,10 @@ def study_list(request: HttpRequest) -> HttpResponse:
                         collect_comments=data["collect_comments"],
                         created_by=request.user,
                         open_now=data["open_now"],
+                        verdict_rule=data["verdict_rule"] or "majority",
+                        analysis_plan={
+                            "stopping_rule": {"kind": data["stopping_rule"] or "fixed"}
+                        },
                     )
                     messages.success(
                         request,
@@ -320,6 +363,48 @@ def study_action(request: HttpRequest, study_id: int, action: str) -> HttpRespon
     return redirect("annotation:study-detail", study_id=study.pk)
 
 
+# ---------------------------------------------------------------------------- planning
+
+
+class PowerForm(forms.Form):
+    """Inputs of the power planner (all shares are fractions, e.g. 0.62)."""
+
+    true_rate = forms.FloatField(min_value=0.0, max_value=1.0, initial=0.62)
+    chance_rate = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    counted_share = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    # Left empty, these take the planner's defaults (0.8, 0.05, 1).
+    power = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    alpha = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
+    design_effect = forms.FloatField(min_value=1.0, required=False)
+    one_sided = forms.BooleanField(required=False)
+    contests = forms.IntegerField(min_value=1, required=False)
+    study = forms.ModelChoiceField(queryset=Study.objects.none(), required=False)
+
+    def __init__(self, *args: object, user: object = None, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.fields["study"].queryset = selectors.study_list(user=user)  # type: ignore[attr-defined]
+
+
+@login_required
+def study_power(request: HttpRequest) -> HttpResponse:
+    """The power planner page: contests needed for a target power, power of a size.
+    A study fills a missing chance rate and counted share from its contests."""
+    _reader(request)
+    form = PowerForm(request.GET or None, user=request.user)
+    plan, error = None, None
+    if form.is_bound and form.is_valid():
+        values = {k: v for k, v in form.cleaned_data.items() if v is not None}
+        try:
+            plan = services.power_plan_build(**values)
+        except ApplicationError as exc:
+            error = exc.message
+    return render(
+        request,
+        "annotation/study_power.html",
+        {"form": form, "plan": plan, "error": error},
+    )
+
+
 # ---------------------------------------------------------------------------- accounts
 
 
@@ -438,21 +523,33 @@ def _flag_rows(report: dict, names: dict[str, str]) -> list[dict]:
     ]
 
 
+def _slice_rows(report: dict) -> list[dict]:
+    """The inference slices as table rows, in the report's order."""
+    slices = (report.get("inference") or {}).get("slices") or {}
+    return [{"name": name, **figures} for name, figures in slices.items()]
+
+
 @login_required
 def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
     """The study's analysis with SVG plots (staff only: it shows annotator flags).
-    ``?exclude_system=NAME`` (repeatable) restricts it to a subset."""
+    ``?exclude_system=NAME`` (repeatable) restricts it to a subset; ``?system=NAME``
+    adds the slices of one system (RCP favours it, its win rate, its contests)."""
     _staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     systems = sorted(set(study.systems.values_list("name", flat=True)))
     exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
+    focus = request.GET.get("system", "")
+    focus = focus if focus in systems and focus not in exclude else ""
     severity = request.GET.get("severity") == "1"
     error = None
     report: dict = {}
     names: dict[str, str] = {}
     try:
-        report, names = services.study_report_build(
-            study=study, exclude_systems=exclude, severity=severity
+        report, names = services.study_report_requested(
+            study=study,
+            exclude_systems=exclude,
+            focus_system=focus,
+            severity=severity,
         )
     except ApplicationError as exc:
         error = exc.message
@@ -481,6 +578,8 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
             "annotators": annotators,
             "systems": systems,
             "excluded": exclude,
+            "focus": focus,
+            "slices": _slice_rows(report),
             "severity": severity,
             "severities": sorted(
                 (

@@ -126,6 +126,28 @@ def ece(
     return Calibration(value, n, out)
 
 
+TIE_RELATIVE = 1e-9
+
+
+def _snap_ties(values: np.ndarray) -> np.ndarray:
+    """Means equal in exact arithmetic can differ in the last bits (0.1 + 0.2 over 2
+    is not 0.15 in floats), which would rank an exact tie as a strict order. Values
+    within ``TIE_RELATIVE`` of the largest magnitude of their neighbour (sorted, chained)
+    are set to the group's first value, so they get scipy's averaged tie ranks."""
+    out = values.astype(np.float64).copy()
+    if len(out) < 2:
+        return out
+    order = np.argsort(out, kind="stable")
+    scale = max(1.0, float(np.abs(out).max()))
+    start = out[order[0]]
+    for prev, cur in zip(order[:-1], order[1:], strict=True):
+        if values[cur] - values[prev] <= TIE_RELATIVE * scale:
+            out[cur] = start
+        else:
+            start = out[cur]
+    return out
+
+
 def query_spearman(
     query_ids: Sequence[str],
     scores: Sequence[float] | np.ndarray,
@@ -138,7 +160,8 @@ def query_spearman(
     Grades are averaged exactly (``Fraction``; pass a document's mean grade as
     ``Fraction(sum, count)``): queries whose mean grades are equal are tied ranks, as
     the paper reads them. Averaging rounded floats would split such ties by the last
-    bit (e.g. documents graded 7/3 and 8/3 against 5/3 and 10/3)."""
+    bit (e.g. documents graded 7/3 and 8/3 against 5/3 and 10/3). Scores are floats:
+    per-query means equal up to float rounding are exact ties (``_snap_ties``)."""
     s = np.asarray(scores, dtype=np.float64)
     if not (len(query_ids) == len(s) == len(grades)):
         raise ValueError("query_ids, scores and grades differ in length")
@@ -148,7 +171,7 @@ def query_spearman(
     if len(keys) < 3:
         return None
     cnt = np.bincount(inv)
-    mean_s = np.bincount(inv, s) / cnt
+    mean_s = _snap_ties(np.bincount(inv, s) / cnt)
     sums = [Fraction(0)] * len(keys)
     for q, g in zip(inv.tolist(), grades, strict=True):
         sums[q] += g if isinstance(g, Fraction) else Fraction(g)

@@ -30,10 +30,10 @@ from annotation.analysis.label_quality import (
     query_spearman,
 )
 from annotation.analysis.picks import (
+    PICKS,
     TIE_MARGIN,
     annotator_pick,
     displayed_docs,
-    majority_verdict,
 )
 from annotation.analysis.quality import FlagRules, ReviewSummary, annotator_quality
 from annotation.analysis.reliability import (
@@ -43,8 +43,15 @@ from annotation.analysis.reliability import (
     pick_agreement,
     within_one_share,
 )
+from annotation.analysis.rules import verdict_by_rule
 from annotation.analysis.severity import rasch_severity
-from annotation.analysis.verdicts import VERDICT_CLASSES, contest_metrics, verdict_class
+from annotation.analysis.slices import inference_section
+from annotation.analysis.verdicts import (
+    VERDICT_CLASSES,
+    ContestMetrics,
+    contest_metrics,
+    verdict_class,
+)
 
 __all__ = ["Annotation", "Contest", "StudyConfig", "json_safe", "study_report"]
 
@@ -68,6 +75,14 @@ class Contest:
     bt_raw: Mapping[str, float] = field(default_factory=dict)
     calibrated: Mapping[str, float] = field(default_factory=dict)
     design_cell: str = ""
+    # Optional context for the report's slices (issue 14): dataset and system names.
+    dataset: str = ""
+    system_a: str = ""
+    system_b: str = ""
+    # A published study (reference layout) gives the shown metrics instead of lists
+    # and gains: (rcp margin, qrel margin, rcp winner, qrel winner). Then no label
+    # quality is computed, and reliability uses the grades as given.
+    shown_metrics: tuple[float, float, str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,7 @@ class Annotation:
     seconds: Mapping[str, float] = field(default_factory=dict)
     answers: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"C1": True, ...}
     valid: bool = True
+    pick: str | None = None  # a published pick ("A", "B", "tie"); else from grades
 
 
 @dataclass(frozen=True)
@@ -95,6 +111,10 @@ class StudyConfig:
     ece_bins: int = ECE_BINS
     flag_rules: FlagRules = FlagRules()
     severity: bool = False  # add the many-facet Rasch section (analysis.severity)
+    # Issue 14: how picks become verdicts ("majority" | "plurality", rules.py) and
+    # the system whose slices the inference section adds ("" = none).
+    verdict_rule: str = "majority"
+    focus_system: str = ""
 
 
 def json_safe(value: Any) -> Any:
@@ -168,6 +188,23 @@ def _valid_reviews(
     return reviews
 
 
+def _published(c: Contest, revs: list[Annotation], out: _Collected) -> ContestMetrics:
+    """Metrics of a published contest as given, and its grades as reliability units
+    (one per graded document, the grades of the reviews that graded it)."""
+    rcp_margin, qrel_margin, rcp_winner, qrel_winner = c.shown_metrics  # type: ignore[misc]
+    for w in (rcp_winner, qrel_winner):
+        if w not in PICKS:
+            raise ValueError(f"contest {c.contest_id!r}: unknown winner {w!r}")
+    for a in revs:
+        if a.pick not in PICKS:
+            raise ValueError(f"contest {c.contest_id!r}: review without a valid pick")
+    for d in sorted({d for a in revs for d in a.grades}):
+        out.units.append([a.grades[d] for a in revs if d in a.grades])
+    return ContestMetrics(
+        float(rcp_margin), float(qrel_margin), str(rcp_winner), str(qrel_winner)
+    )
+
+
 def _collect(
     contests: Sequence[Contest],
     reviews: Mapping[str, list[Annotation]],
@@ -175,22 +212,28 @@ def _collect(
 ) -> _Collected:
     out = _Collected()
     for c in contests:
-        shown = c.displayed or displayed_docs(c.list_a, c.list_b, k=cfg.k)
-        missing = [d for d in shown if d not in c.gains]
-        if missing:
-            raise ValueError(f"contest {c.contest_id!r} lacks gains for {missing}")
-        m = contest_metrics(
-            c.list_a,
-            c.list_b,
-            c.gains,
-            c.qrels,
-            k=cfg.k,
-            displayed=shown,
-            tie_margin=cfg.tie_margin,
-        )
         revs = reviews.get(c.contest_id, [])
+        if c.shown_metrics is not None:
+            m = _published(c, revs, out)
+            shown: tuple[str, ...] = ()
+        else:
+            shown = c.displayed or displayed_docs(c.list_a, c.list_b, k=cfg.k)
+            missing = [d for d in shown if d not in c.gains]
+            if missing:
+                raise ValueError(f"contest {c.contest_id!r} lacks gains for {missing}")
+            m = contest_metrics(
+                c.list_a,
+                c.list_b,
+                c.gains,
+                c.qrels,
+                k=cfg.k,
+                displayed=shown,
+                tie_margin=cfg.tie_margin,
+            )
         picks = [
-            annotator_pick(
+            a.pick
+            if a.pick is not None
+            else annotator_pick(
                 c.list_a,
                 c.list_b,
                 a.grades,
@@ -228,11 +271,14 @@ def _collect(
                 _consistent(out.doc_cal, key, float(c.calibrated[d]), "calibrated")
         # A contest nobody has graded yet has no verdict (None, class "ungraded"):
         # counting it as a tie would invent human judgments.
-        verdict = majority_verdict(picks) if picks else None
+        verdict = verdict_by_rule(picks, cfg.verdict_rule) if picks else None
         out.rows.append(
             {
                 "contest_id": c.contest_id,
                 "query_id": c.query_id,
+                "dataset": c.dataset,
+                "system_a": c.system_a,
+                "system_b": c.system_b,
                 "design_cell": c.design_cell,
                 "picks": {p: picks.count(p) for p in ("A", "B", "tie")},
                 "verdict": verdict,
@@ -302,7 +348,14 @@ def _agreement_section(col: _Collected, cfg: StudyConfig) -> dict:
             "qrel": margin_auc(col.pick_qrel_margin, col.picks),
             "picks": sum(p in ("A", "B") for p in col.picks),
         },
-        "loo_range": loo_range(col.panel, rcp_w, qrel_w, clusters),
+        # Panels of the graded contests, aligned with rows (an open study has
+        # ungraded contests, whose empty panels would misalign the winners).
+        "loo_range": loo_range(
+            [p for p, r in zip(col.panel, col.rows, strict=True) if r["verdict"]],
+            rcp_w,
+            qrel_w,
+            clusters,
+        ),
     }
 
 
@@ -385,6 +438,7 @@ def study_report(
         **_agreement_section(col, cfg),
         **_label_section(col, cfg),
         **_reliability_section(col, cfg),
+        "inference": inference_section(col, cfg),
         "per_contest": col.rows,
     }
     if cfg.severity:

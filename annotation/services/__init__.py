@@ -26,6 +26,12 @@ from .assignment import (
     assignment_submit,
     grade_of,
 )
+from .looks import (
+    study_analysis_plan_set,
+    study_plan_effective,
+    study_report_requested,
+)
+from .planning import power_plan_build
 from .quality import (
     annotator_exclude,
     gold_item_add,
@@ -33,6 +39,7 @@ from .quality import (
     qrel_to_grade,
     study_gold_rate_set,
 )
+from .reanalysis import reference_report
 from .releases import (
     release_build,
     release_export,
@@ -90,6 +97,11 @@ __all__ = [
     "release_build",
     "release_export",
     "release_folder",
+    "power_plan_build",
+    "reference_report",
+    "study_analysis_plan_set",
+    "study_plan_effective",
+    "study_report_requested",
     "release_report",
     "release_request",
     "release_retry",

@@ -31,7 +31,13 @@ from rcp_platform.exceptions import ApplicationError, ConflictError
 from .. import release_format
 from ..analysis.picks import TIE_MARGIN
 from ..models import Release, ReleaseStatus, Rubric, Study
-from .reports import release_key, study_pseudonyms, study_tables, tables_complete
+from .reports import (
+    release_key,
+    study_pseudonyms,
+    study_tables,
+    study_verdict_rule,
+    tables_complete,
+)
 
 RELEASES_DIR = "releases"
 
@@ -82,7 +88,9 @@ def _write(release: Release, folder: Path, key: str) -> str:
     tables = study_tables(
         study=study, pseudonyms=pseudonyms, include_text=release.include_text
     )
-    tables = tables_complete(tables, k=study.depth)
+    tables = tables_complete(
+        tables, k=study.depth, verdict_rule=study_verdict_rule(study)
+    )
     release_format.write_tables(folder, tables)
     header = {
         "title": f"Study {study.pk} ({study.name})",

@@ -28,6 +28,7 @@ from rcp_platform.keys import weak_key_reason
 from .. import release_format, report_sections
 from ..analysis import Annotation, Contest, StudyConfig, annotator_pick, study_report
 from ..analysis.picks import TIE_MARGIN
+from ..analysis.rules import VERDICT_RULES
 from ..models import (
     AnnotatorRandomId,
     Assignment,
@@ -278,7 +279,12 @@ def tables_subset(tables: Tables, *, exclude_systems: Collection[str] = ()) -> T
 
 
 def analysis_inputs(
-    tables: Tables, *, k: int, severity: bool = False
+    tables: Tables,
+    *,
+    k: int,
+    verdict_rule: str = "majority",
+    focus_system: str = "",
+    severity: bool = False,
 ) -> tuple[list[Contest], list[Annotation], StudyConfig]:
     """Release tables -> (contests, annotations, config) for ``study_report``.
 
@@ -308,6 +314,9 @@ def analysis_inputs(
                     d["doc_id"]: d["theta"] for d in shown if d["theta"] is not None
                 },
                 design_cell=c["design_cell"],
+                dataset=c["dataset"],
+                system_a=c["system_a"],
+                system_b=c["system_b"],
             )
         )
     by_review: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
@@ -326,7 +335,10 @@ def analysis_inputs(
         )
         for (contest_id, annotator), rows in sorted(by_review.items())
     ]
-    return contests, annotations, StudyConfig(k=k, severity=severity)
+    config = StudyConfig(
+        k=k, verdict_rule=verdict_rule, focus_system=focus_system, severity=severity
+    )
+    return contests, annotations, config
 
 
 def tables_report(
@@ -334,6 +346,9 @@ def tables_report(
     *,
     k: int,
     exclude_systems: Collection[str] = (),
+    verdict_rule: str = "majority",
+    focus_system: str = "",
+    draw_depth: int | None = None,
     severity: bool = False,
 ) -> dict[str, Any]:
     """``study_report`` of (a subset of) release tables, with the subset recorded.
@@ -341,9 +356,27 @@ def tables_report(
     When some reviews are invalid (excluded annotators) the report is over the valid
     ones, and ``with_excluded`` holds the main results counting every review, so
     the effect of the exclusion is shown beside (``excluded_annotators`` names them).
+    ``verdict_rule`` is the study's setting (``rules.VERDICT_RULES``); ``focus_system``
+    names the system whose slices the inference section adds (ApplicationError when
+    no contest involves it); ``draw_depth`` (the study's ``metric_k``) labels
+    ``inference.cells_by_depth``.
     """
+    if verdict_rule not in VERDICT_RULES:
+        raise ApplicationError(
+            f"unknown verdict rule {verdict_rule!r}; use one of {', '.join(VERDICT_RULES)}"
+        )
     subset = tables_subset(tables, exclude_systems=exclude_systems)
-    contests, annotations, config = analysis_inputs(subset, k=k, severity=severity)
+    if focus_system and not any(
+        focus_system in (c["system_a"], c["system_b"]) for c in subset["contests"]
+    ):
+        raise ApplicationError(f"no contest of this report involves {focus_system!r}")
+    contests, annotations, config = analysis_inputs(
+        subset,
+        k=k,
+        verdict_rule=verdict_rule,
+        focus_system=focus_system,
+        severity=severity,
+    )
     try:
         report = study_report(contests, annotations, config=config)
         invalid = [a for a in annotations if not a.valid]
@@ -356,6 +389,7 @@ def tables_report(
     except ValueError as exc:
         raise ApplicationError(f"cannot analyse this study: {exc}") from exc
     report["subset"] = {"exclude_systems": sorted(exclude_systems)}
+    report["inference"]["cells_by_depth"]["draw_depth"] = draw_depth
     return report
 
 
@@ -377,10 +411,15 @@ def _main_results(report: dict[str, Any]) -> dict[str, Any]:
     return {key: report[key] for key in MAIN_RESULT_KEYS if key in report}
 
 
-def tables_complete(tables: Tables, *, k: int) -> Tables:
+def tables_complete(
+    tables: Tables, *, k: int, verdict_rule: str = "majority"
+) -> Tables:
     """Fill the analysis columns of the tables: shown margins and winners of each
-    contest, every annotator's pick, and the verdicts (from the whole study)."""
-    contests, annotations, config = analysis_inputs(tables, k=k)
+    contest, every annotator's pick, and the verdicts (from the whole study, under
+    the study's verdict rule)."""
+    contests, annotations, config = analysis_inputs(
+        tables, k=k, verdict_rule=verdict_rule
+    )
     report = study_report(contests, annotations, config=config)
     rows = {int(r["contest_id"]): r for r in report["per_contest"]}
     for c in tables["contests"]:
@@ -420,16 +459,33 @@ def tables_complete(tables: Tables, *, k: int) -> Tables:
     return tables
 
 
+def study_verdict_rule(study: Study) -> str:
+    """The study's verdict rule setting (``design["verdict_rule"]``, default
+    "majority", the reference's strict majority)."""
+    return str((study.design or {}).get("verdict_rule") or "majority")
+
+
 def study_report_build(
-    *, study: Study, exclude_systems: Collection[str] = (), severity: bool = False
+    *,
+    study: Study,
+    exclude_systems: Collection[str] = (),
+    focus_system: str = "",
+    severity: bool = False,
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The report of a study (optionally without contests of some systems) and the
-    pseudonym -> username map for staff pages. Annotator flags are keyed by
-    pseudonym, never by username: only staff views translate them."""
+    """The report of a study (optionally without contests of some systems, with the
+    slices of a focus system) and the pseudonym -> username map for staff pages.
+    Annotator flags are keyed by pseudonym, never by username: only staff views
+    translate them."""
     pseudonyms = study_pseudonyms(study=study)
     tables = study_tables(study=study, pseudonyms=pseudonyms)
     report = tables_report(
-        tables, k=study.depth, exclude_systems=exclude_systems, severity=severity
+        tables,
+        k=study.depth,
+        exclude_systems=exclude_systems,
+        verdict_rule=study_verdict_rule(study),
+        focus_system=focus_system,
+        draw_depth=(study.design or {}).get("metric_k"),
+        severity=severity,
     )
     report.update(report_sections.sections_build(study=study, report=report))
     users = dict(
@@ -442,10 +498,14 @@ def study_report_build(
 
 
 def release_report(
-    *, folder: Path, exclude_systems: Collection[str] = (), severity: bool = False
+    *,
+    folder: Path,
+    exclude_systems: Collection[str] = (),
+    focus_system: str = "",
+    severity: bool = False,
 ) -> dict[str, Any]:
     """The report of a release folder alone (verified first; ApplicationError
-    listing the problems otherwise)."""
+    listing the problems otherwise), under the verdict rule its design records."""
     try:
         manifest, tables = release_format.read(Path(folder))
     except release_format.ReleaseError as exc:
@@ -453,6 +513,13 @@ def release_report(
             "invalid release: " + "; ".join(exc.errors[:10])
         ) from exc
     k = int(manifest["analysis"]["k"])
+    design = manifest.get("design") or {}
     return tables_report(
-        tables, k=k, exclude_systems=exclude_systems, severity=severity
+        tables,
+        k=k,
+        exclude_systems=exclude_systems,
+        verdict_rule=str(design.get("verdict_rule") or "majority"),
+        focus_system=focus_system,
+        draw_depth=design.get("metric_k"),
+        severity=severity,
     )

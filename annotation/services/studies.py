@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,7 +16,9 @@ from calibration.models import CalibrationFit, FitStatus
 from rcp_platform.exceptions import ApplicationError, ConflictError
 
 from .. import sampling, selectors
+from ..analysis.rules import VERDICT_RULES
 from ..models import Contest, ContestDocument, Rubric, Study, StudyStatus
+from .looks import study_analysis_plan_set, study_plan_register
 
 METRIC_K = 10
 MAX_LEASE_MINUTES = 7 * 24 * 60  # a week: longer leases only block contests
@@ -54,15 +57,20 @@ class StudyPlan:
     fit: CalibrationFit
     plan: sampling.Plan
     candidates: int
+    metric_k: int = METRIC_K
 
     def summary(self) -> dict[str, Any]:
         return {
             "fit": self.fit.pk,
             "candidates": self.candidates,
+            "metric_k": self.metric_k,
             "quotas": self.plan.quotas,
             "available": self.plan.available,
             "requested": self.plan.requested,
             "drawn": self.plan.drawn,
+            "by_dataset": self.plan.by_dataset
+            or dict(Counter(d.candidate.key[0] for d in self.plan.draws)),
+            "controls": self.plan.controls or sampling.Controls().as_dict(),
         }
 
 
@@ -76,6 +84,7 @@ def study_plan(
     seed: int = 0,
     fit: CalibrationFit | None = None,
     metric_k: int = METRIC_K,
+    controls: sampling.Controls | None = None,
 ) -> StudyPlan:
     """Sample contests without writing anything (the preview of ``study_create``).
 
@@ -107,10 +116,12 @@ def study_plan(
         fit=fit, systems=systems, depth=depth, metric_k=metric_k
     )
     try:
-        plan = sampling.draw(candidates, n=n_contests, quotas=quotas, seed=seed)
+        plan = sampling.draw(
+            candidates, n=n_contests, quotas=quotas, seed=seed, controls=controls
+        )
     except ValueError as exc:
         raise ApplicationError(str(exc)) from exc
-    return StudyPlan(fit=fit, plan=plan, candidates=len(candidates))
+    return StudyPlan(fit=fit, plan=plan, candidates=len(candidates), metric_k=metric_k)
 
 
 @transaction.atomic
@@ -146,12 +157,20 @@ def study_create(
     collect_comments: bool = True,
     created_by: Any = None,
     open_now: bool = False,
+    metric_k: int = METRIC_K,
+    verdict_rule: str = "majority",
+    controls: sampling.Controls | None = None,
+    analysis_plan: Mapping[str, Any] | None = None,
 ) -> Study:
     """Create a study with its rubric v1 and sampled contests (status draft, or open).
 
-    Contests are drawn by ``study_plan`` (seeded, quotas per design cell); each stores
-    both top-k lists and their de-duplicated union. All or nothing. A lease lasts at
-    most ``MAX_LEASE_MINUTES`` (``now + lease`` must stay a representable date).
+    Contests are drawn by ``study_plan`` (seeded, quotas per design cell) with the
+    design cells taken at depth ``metric_k`` (the draw depth); each stores both
+    top-k lists and their de-duplicated union. ``verdict_rule`` ("majority" or
+    "plurality", ``analysis.rules``) is recorded in ``design`` and used by every
+    report and release of the study. ``analysis_plan`` (``looks.PLAN_KEYS`` but the
+    verdict rule) is registered when the study opens. All or nothing. A lease lasts
+    at most ``MAX_LEASE_MINUTES`` (``now + lease`` must stay a representable date).
     """
     if not timedelta(0) < lease_duration <= timedelta(minutes=MAX_LEASE_MINUTES):
         raise ApplicationError(
@@ -160,6 +179,12 @@ def study_create(
         )
     if Study.objects.filter(name=name).exists():
         raise ConflictError(f"study {name!r} exists already")
+    if verdict_rule not in VERDICT_RULES:
+        raise ApplicationError(
+            f"unknown verdict rule {verdict_rule!r}; use one of {', '.join(VERDICT_RULES)}"
+        )
+    if not 1 <= metric_k <= 1000:
+        raise ApplicationError("the draw depth (metric_k) must be between 1 and 1000")
     planned = study_plan(
         datasets=datasets,
         systems=systems,
@@ -168,6 +193,8 @@ def study_create(
         quotas=quotas,
         seed=seed,
         fit=fit,
+        metric_k=metric_k,
+        controls=controls,
     )
     study = Study(
         name=name,
@@ -179,7 +206,7 @@ def study_create(
         lease_duration=lease_duration,
         instructions=DEFAULT_INSTRUCTIONS if instructions is None else instructions,
         seed=seed,
-        design={"metric_k": METRIC_K, **planned.summary()},
+        design={"verdict_rule": verdict_rule, **planned.summary()},
         created_by=created_by,
     )
     study.full_clean()
@@ -187,6 +214,8 @@ def study_create(
     study.datasets.set(datasets)
     study.systems.set(systems)
     rubric_create(study=study, questions=questions or DEFAULT_QUESTIONS)
+    if analysis_plan:
+        study = study_analysis_plan_set(study=study, plan=analysis_plan)
     contests: list[Contest] = []
     lists: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     for position, drawn in enumerate(planned.plan.draws, start=1):
@@ -245,7 +274,8 @@ def study_open(*, study: Study) -> Study:
     study.closed_at = None
     study.full_clean()
     study.save(update_fields=["status", "opened_at", "closed_at"])
-    return study
+    # Pre-registration: the first opening freezes the analysis plan (issue 14).
+    return study_plan_register(study=study)
 
 
 @transaction.atomic

@@ -252,12 +252,14 @@ def simulate_grading(
     seed: int = 0,
     noise: float = 0.8,
     comment: str | None = None,
+    limit: int | None = None,
 ) -> int:
-    """Every annotator grades through the real services until no contest is left:
-    grade = round(1.5 truth + 1.5 + noise) in 0..5, answered as "yes" up to it.
-    The noise of a grade depends only on (seed, annotator, document), not on the
-    shuffled order the documents are shown in, so reports built on it are the same
-    on every run. Returns the number of submitted assignments."""
+    """Every annotator grades through the real services until no contest is left
+    (or ``limit`` assignments are submitted): grade = round(1.5 truth + 1.5 + noise)
+    in 0..5, answered as "yes" up to it. The noise of a grade depends only on (seed,
+    annotator, document), not on the shuffled order the documents are shown in, so
+    reports built on it are the same on every run. Returns the number of submitted
+    assignments."""
     from annotation.services import assignment_next, assignment_submit
 
     keys = [q["key"] for q in study.rubrics.order_by("-version").first().questions]
@@ -265,6 +267,8 @@ def simulate_grading(
     while active:
         active = False
         for user in annotators:
+            if limit is not None and done >= limit:
+                return done
             assignment = assignment_next(study=study, annotator=user)
             if assignment is None:
                 continue

@@ -55,6 +55,51 @@ class Command(BaseCommand):
         parser.add_argument("--no-comments", action="store_true")
         parser.add_argument("--instructions", help="Markdown file (default: built-in)")
         parser.add_argument("--open", action="store_true", help="open it at once")
+        parser.add_argument(
+            "--metric-k",
+            type=int,
+            default=services.METRIC_K,
+            help="draw depth: nDCG cut-off that places pairs in design cells (10)",
+        )
+        parser.add_argument(
+            "--dataset-quota",
+            action="append",
+            default=[],
+            metavar="DATASET=SHARE",
+            help="share of contests from a dataset (repeatable; others split the rest)",
+        )
+        parser.add_argument(
+            "--balance-pairs",
+            action="store_true",
+            help="within each cell, system pairs take turns",
+        )
+        parser.add_argument(
+            "--max-per-query", type=int, help="at most this many contests per query"
+        )
+        parser.add_argument(
+            "--no-controls",
+            action="store_true",
+            help="no concordant controls: only the two discordant cells",
+        )
+        parser.add_argument(
+            "--stopping-rule",
+            choices=("fixed", "obrien_fleming", "pocock"),
+            default="fixed",
+            help="pre-registered stopping rule (alpha spending for interim looks)",
+        )
+        parser.add_argument("--alpha", type=float, default=0.05)
+        parser.add_argument(
+            "--endpoint",
+            choices=("main", "disagreements"),
+            default="main",
+            help="pre-registered primary endpoint",
+        )
+        parser.add_argument(
+            "--verdict-rule",
+            choices=("majority", "plurality"),
+            default="majority",
+            help="how picks become verdicts (strict majority of all picks, default)",
+        )
 
     def handle(self, *args: object, **opts: object) -> None:
         datasets = []
@@ -67,6 +112,12 @@ class Command(BaseCommand):
             quotas = dict(_quota(q) for q in opts["quota"]) or None
             if quotas:
                 sampling.resolve_quotas(quotas)
+            controls = sampling.Controls(
+                dataset_quotas=dict(_quota(q) for q in opts["dataset_quota"]) or None,
+                balance_pairs=opts["balance_pairs"],
+                max_per_query=opts["max_per_query"],
+                concordant_controls=not opts["no_controls"],
+            )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         fit = None
@@ -107,6 +158,14 @@ class Command(BaseCommand):
                 collect_order=opts["collect_order"],
                 collect_comments=not opts["no_comments"],
                 open_now=opts["open"],
+                metric_k=opts["metric_k"],
+                verdict_rule=opts["verdict_rule"],
+                controls=controls,
+                analysis_plan={
+                    "primary_endpoint": opts["endpoint"],
+                    "alpha": opts["alpha"],
+                    "stopping_rule": {"kind": opts["stopping_rule"]},
+                },
             )
         except ApplicationError as exc:
             raise CommandError(f"{exc.message}\nNo study was created.") from exc
