@@ -288,10 +288,11 @@ class StudyPlanApi(APIView):
 
 class StudyPowerApi(APIView):
     """Power planner: contests needed for a target power, and the power of a size.
-    ``study`` (id) fills a missing chance rate / counted share from its contests."""
+    ``study`` (id) fills a missing chance rate / counted share from its contests, and
+    a missing true rate from its LLM-panel pilot."""
 
     class PowerInput(serializers.Serializer):
-        true_rate = serializers.FloatField()
+        true_rate = serializers.FloatField(required=False)
         chance_rate = serializers.FloatField(required=False)
         counted_share = serializers.FloatField(required=False)
         power = serializers.FloatField(default=0.8)

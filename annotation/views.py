@@ -369,7 +369,10 @@ def study_action(request: HttpRequest, study_id: int, action: str) -> HttpRespon
 class PowerForm(forms.Form):
     """Inputs of the power planner (all shares are fractions, e.g. 0.62)."""
 
-    true_rate = forms.FloatField(min_value=0.0, max_value=1.0, initial=0.62)
+    # Empty with a study: the observed rate of its LLM-panel pilot.
+    true_rate = forms.FloatField(
+        min_value=0.0, max_value=1.0, initial=0.62, required=False
+    )
     chance_rate = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
     counted_share = forms.FloatField(min_value=0.0, max_value=1.0, required=False)
     # Left empty, these take the planner's defaults (0.8, 0.05, 1).
@@ -388,7 +391,8 @@ class PowerForm(forms.Form):
 @login_required
 def study_power(request: HttpRequest) -> HttpResponse:
     """The power planner page: contests needed for a target power, power of a size.
-    A study fills a missing chance rate and counted share from its contests."""
+    A study fills a missing chance rate and counted share from its contests, and a
+    missing true rate from its LLM-panel pilot."""
     _reader(request)
     form = PowerForm(request.GET or None, user=request.user)
     plan, error = None, None

@@ -17,9 +17,20 @@ from ..models import Study
 from .reports import study_report_build
 
 
+def _pilot(report: dict[str, Any]) -> dict[str, Any] | None:
+    """The LLM-panel run of ``report`` (section ``panels``, added by the panels app)
+    whose main measure counts the most contests, or None."""
+    runs = [
+        {**r, "main": r["agreement"]["main"]}
+        for r in report.get("panels", {}).get("runs", [])
+        if r["agreement"]["main"]["n"]
+    ]
+    return max(runs, key=lambda r: r["main"]["n"]) if runs else None
+
+
 def power_plan_build(
     *,
-    true_rate: float,
+    true_rate: float | None,
     chance_rate: float | None = None,
     counted_share: float | None = None,
     power: float = 0.8,
@@ -34,16 +45,36 @@ def power_plan_build(
     Missing ``chance_rate`` / ``counted_share`` come from ``study``: the chance rate
     over its contests as the report computes it (shown winners at the study's depth),
     and the share of its contests that counted so far, or, before any verdict, the
-    share expected to count under fair verdict coins. Sources are labelled in
-    ``inputs``. ApplicationError on invalid or missing inputs.
+    share expected to count under fair verdict coins. A missing ``true_rate`` is the
+    observed main measure of the study's LLM-panel pilot (the panel run counting the
+    most contests); before human grades, its counted share too. Sources are labelled
+    in ``inputs``. ApplicationError on invalid or missing inputs.
     """
-    sources = {"chance_rate": "given", "counted_share": "given"}
-    if study is not None and (chance_rate is None or counted_share is None):
+    sources = {"true_rate": "given", "chance_rate": "given", "counted_share": "given"}
+    needs = true_rate is None or chance_rate is None or counted_share is None
+    if study is not None and needs:
         report, _ = study_report_build(study=study)
         rows = report["per_contest"]
+        pilot = _pilot(report)
+        if true_rate is None and pilot is not None:
+            true_rate = pilot["main"]["rate"]
+            sources["true_rate"] = (
+                f"study {study.pk}: LLM panel {pilot['panel']!r} ({pilot['mode']}) "
+                f"pilot, {pilot['main']['k']}/{pilot['main']['n']}"
+            )
+            if counted_share is None and not report["main"]["n"]:
+                counted_share = pilot["main"]["n"] / report["contests"]
+                sources["counted_share"] = f"study {study.pk}: LLM panel pilot"
         if chance_rate is None:
             chance_rate = report["main"]["chance"]
             sources["chance_rate"] = f"study {study.pk}: contests' shown winners"
+            if chance_rate is None and pilot is not None:
+                # No human verdict yet: the design's chance over the contests the
+                # pilot's verdicts counted.
+                chance_rate = pilot["main"]["chance"]
+                sources["chance_rate"] = (
+                    f"study {study.pk}: shown winners of the pilot's counted contests"
+                )
         if counted_share is None:
             if report["main"]["n"]:
                 counted_share = report["main"]["n"] / report["contests"]
@@ -53,6 +84,10 @@ def power_plan_build(
                     [r["rcp_winner"] for r in rows], [r["qrel_winner"] for r in rows]
                 )
                 sources["counted_share"] = f"study {study.pk}: expected under chance"
+    if true_rate is None:
+        raise ApplicationError(
+            "give the expected true rate, or a study with an LLM-panel pilot run"
+        )
     if chance_rate is None:
         raise ApplicationError("give a chance rate, or a study to take it from")
     if counted_share is None:

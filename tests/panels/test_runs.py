@@ -5,6 +5,7 @@ the estimate equals the calls made; the report section beside the human results.
 
 from __future__ import annotations
 
+import io
 import re
 
 import pytest
@@ -306,3 +307,31 @@ def test_report_compares_panel_verdicts_with_graded_human_verdicts(
     assert {r["contest_id"] for r in sub["per_contest"]} == {
         r["contest_id"] for r in subset["per_contest"]
     }
+
+
+def test_a_panel_pilot_feeds_the_power_planner(study, servers, make_panel):
+    """Before any human grade, the planner's true rate and counted share are the
+    panel pilot's observed main measure (k/n over the study's contests), labelled as
+    such; the plan equals the one computed from those numbers given by hand."""
+    from annotation.services import power_plan_build
+
+    panel = make_panel(servers(3))  # an imperfect judge: a rate inside (0, 1)
+    assert _run(study, panel)[0] == RunStatus.DONE
+    report, _ = study_report_build(study=study)
+    (run,) = report["panels"]["runs"]
+    main = run["agreement"]["main"]
+    assert 0 < main["k"] < main["n"] and report["main"]["n"] == 0
+    plan = power_plan_build(true_rate=None, study=study)
+    assert plan["true_rate"] == pytest.approx(main["rate"])
+    assert plan["counted_share"] == pytest.approx(main["n"] / report["contests"])
+    assert "LLM panel" in plan["inputs"]["true_rate"]
+    by_hand = power_plan_build(
+        true_rate=main["rate"],
+        chance_rate=plan["chance_rate"],
+        counted_share=main["n"] / report["contests"],
+    )
+    assert by_hand["contests"] == plan["contests"]
+    out = io.StringIO()
+    call_command("plan_study", "--study", str(study.pk), stdout=out)
+    assert f"{plan['contests']} contests" in out.getvalue()
+    assert "LLM panel" in out.getvalue()

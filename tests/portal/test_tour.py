@@ -8,10 +8,9 @@ release download. Every page visited is saved as a screenshot under the test's
 the tour.
 
 Outside the browser, only what a deployment provides: the demo accounts
-(``demo``), an LLM endpoint (the simulated judge, registered with ``add_judge``)
-and the worker process. Study members are added with the admin's browser session
-through the API (``POST /api/v1/studies/ID/annotators``): the page for inviting
-annotators is another branch's work.
+(``demo``), an LLM endpoint (the simulated judge, added on the judge page with a
+connection test) and the worker process. Annotators are invited on the
+Annotators page.
 """
 
 from __future__ import annotations
@@ -84,11 +83,6 @@ def _login(page, base: str, username: str, password: str) -> None:
     page.wait_for_load_state()
 
 
-def _csrf(page) -> str:
-    cookies = {c["name"]: c["value"] for c in page.context.cookies()}
-    return cookies["csrftoken"]
-
-
 @pytest.fixture
 def tour_env(tmp_path, settings, monkeypatch):
     """Web (live server) and worker share the media folder and the release key."""
@@ -114,17 +108,6 @@ def test_a_new_admin_walks_the_whole_loop_in_the_browser(
     server, _thread, judge_url = start_simulated_judge(seed=3, latency_ms=50)
     base = live_server.url
     try:
-        call_command(
-            "add_judge",
-            "--name",
-            "sim",
-            "--base-url",
-            judge_url,
-            "--model",
-            "sim-1",
-            "--concurrency",
-            "4",
-        )
         with chromium() as browser:
             tour = Tour(browser, tmp_path / "screens")
             admin = tour.page()
@@ -164,8 +147,20 @@ def test_a_new_admin_walks_the_whole_loop_in_the_browser(
             assert admin.locator("#systems tbody tr").count() == 2
             tour.shot(admin, "dataset")
 
-            # 2. Judge it with the (simulated) LLM judge.
+            # 2. Add the (simulated) LLM judge on its page, test the connection, then
+            # judge the dataset with it.
             admin.click("nav >> text=Judging")
+            admin.click("#add-judge")
+            admin.fill("#id_name", "sim")
+            admin.fill("#id_base_urls", judge_url)
+            admin.fill("#id_model", "sim-1")
+            admin.fill("#id_concurrency", "4")
+            admin.click("#test-connection")
+            admin.wait_for_selector("#connection")
+            assert admin.get_attribute("#connection tbody tr", "data-ok") == "true"
+            tour.shot(admin, "judge-form")
+            admin.click("#save-judge")
+            admin.wait_for_selector("#judges")
             admin.select_option("#id_dataset", label="tour")
             admin.select_option("#id_judge", label="sim")
             admin.click("button[name=estimate]")
@@ -206,12 +201,17 @@ def test_a_new_admin_walks_the_whole_loop_in_the_browser(
             admin.click("#create-button")
             admin.wait_for_selector("#study-status")
             study_id = int(re.search(r"/studies/(\d+)/", admin.url).group(1))
-            members = admin.request.post(
-                f"{base}/api/v1/studies/{study_id}/annotators",
-                data={"usernames": [name for name, _ in ANNOTATORS]},
-                headers={"X-CSRFToken": _csrf(admin), "Referer": admin.url},
-            )
-            assert members.status == 201, members.text()
+            # The three annotators are invited on the Annotators page.
+            admin.click("nav >> text=Annotators")
+            for name, _ in ANNOTATORS:
+                admin.select_option("#id_invite-annotator", label=name)
+                admin.select_option("#id_invite-study", value=str(study_id))
+                admin.click("#invite-button")
+                admin.locator(
+                    "ul.messages li", has_text=f"'{name}' invited to study {study_id}"
+                ).wait_for()
+            tour.shot(admin, "annotators")
+            admin.goto(f"{base}/annotation/studies/{study_id}/")
             admin.click("#open")
             admin.wait_for_selector("#study-status.open")
             tour.shot(admin, "study-open")

@@ -18,7 +18,12 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--true-rate", type=float, required=True)
+        parser.add_argument(
+            "--true-rate",
+            type=float,
+            help="expected share of counted contests won by RCP; default: the "
+            "observed rate of --study's LLM-panel pilot (run_panel)",
+        )
         parser.add_argument("--chance-rate", type=float)
         parser.add_argument(
             "--counted-share",
@@ -63,7 +68,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{plan['contests']} contests ({plan['counted']:.1f} expected to count) "
             f"reach power {plan['power']:.3f} >= {plan['power_target']:.2f} at alpha "
-            f"{plan['alpha']:g} ({sided}): true rate {plan['true_rate']:.3f} vs chance "
+            f"{plan['alpha']:g} ({sided}): true rate {plan['true_rate']:.3f} "
+            f"[{plan['inputs']['true_rate']}] vs chance "
             f"{plan['chance_rate']:.3f} [{plan['inputs']['chance_rate']}], counted "
             f"share {plan['counted_share']:.3f} [{plan['inputs']['counted_share']}], "
             f"design effect {plan['design_effect']:.2f}"
