@@ -393,12 +393,18 @@ class StudyAnalysisPlanApi(APIView):
             "registered_at": study.registered_at,
         }
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        operation_id="study_analysis_plan_read", responses=OpenApiTypes.OBJECT
+    )
     def get(self, request: Request, study_id: int) -> Response:
         study = selectors.study_get(user=request.user, study_id=study_id)
         return Response(self._out(study))
 
-    @extend_schema(request=PlanEntriesInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        operation_id="study_analysis_plan_set",
+        request=PlanEntriesInput,
+        responses=OpenApiTypes.OBJECT,
+    )
     def post(self, request: Request, study_id: int) -> Response:
         study = selectors.study_get(user=request.user, study_id=study_id)
         data = self.PlanEntriesInput(data=request.data)

@@ -11,6 +11,7 @@ import sys
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from kombu import pools as kombu_pools
 
 from judging.models import JudgingJob, JudgmentWindow
 from judging.simulated import start_simulated_judge
@@ -24,10 +25,11 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 def _drop_broker_connections() -> None:
     """Forget the app's pooled broker connections: a connection opened by an earlier
     test keeps the transport options it was made with, so this test's tasks would
-    land in the default broker folder, where no worker listens."""
-    if celery_app._pool is not None:
-        celery_app._pool.force_close_all()
-        celery_app._pool = None
+    land in the default broker folder, where no worker listens. The app's pool is
+    kombu's process-wide pool for that connection: reset the registry (closing its
+    pools) so later tests get fresh pools, never a closed one."""
+    kombu_pools.reset()
+    celery_app._pool = None
     celery_app.amqp._producer_pool = None
 
 
