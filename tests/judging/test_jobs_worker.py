@@ -221,11 +221,14 @@ def test_two_workers_share_a_job_and_the_survivor_finishes_it(stack):
     stack["manage"]("judge", "--dataset", "tiny", "--judge", "sim")  # queued
     job_id = sql("SELECT max(id) FROM judging_judgingjob")[0][0]
 
-    # Both workers are on the job: windows claimed by two lanes, some stored.
+    # Both workers are on the job: windows stored by two lanes.
     deadline = time.monotonic() + 90
     while True:
+        # Lanes that have stored answers (not only claimed windows): the kill must
+        # come after both workers stored something, or "both stored" below is luck.
         lanes = sql(
-            "SELECT count(DISTINCT claim) FROM judging_judgmentwindow WHERE claim <> ''"
+            "SELECT count(DISTINCT claim) FROM judging_judgmentwindow "
+            "WHERE claim <> '' AND status = 'done'"
         )[0][0]
         done = sql("SELECT count(*) FROM judging_judgmentwindow WHERE status='done'")[
             0
