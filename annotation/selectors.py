@@ -43,6 +43,7 @@ from .models import (
     Assignment,
     AssignmentStatus,
     Contest,
+    ContestDocument,
     Grade,
     Release,
     Rubric,
@@ -236,6 +237,30 @@ def rubric_current(*, study: Study) -> Rubric:
     return rubric
 
 
+def _member_counts(username: str) -> dict[str, Any]:
+    """An annotator's zeroed assignment counts in ``study_progress``."""
+    return {
+        "username": username,
+        "submitted": 0,
+        "leased": 0,
+        "expired": 0,
+        "invalid": 0,
+    }
+
+
+def contest_documents(*, study: Study) -> dict[int, list[ContestDocument]]:
+    """A study's contest documents with their documents, per contest id, in the
+    contest's stored (displayed) order."""
+    entries: dict[int, list[ContestDocument]] = defaultdict(list)
+    for e in (
+        ContestDocument.objects.filter(contest__study=study)
+        .select_related("document")
+        .order_by("contest_id", "id")
+    ):
+        entries[e.contest_id].append(e)
+    return entries
+
+
 def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, Any]:
     """Monitoring figures of one study (a handful of queries, no per-row lookups).
 
@@ -263,16 +288,7 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
     )
     invalid = 0
     for contest_id, user_id, username, status, expires_at, submitted_at, ok in rows:
-        entry = per_user.setdefault(
-            user_id,
-            {
-                "username": username,
-                "submitted": 0,
-                "leased": 0,
-                "expired": 0,
-                "invalid": 0,
-            },
-        )
+        entry = per_user.setdefault(user_id, _member_counts(username))
         if status == AssignmentStatus.SUBMITTED and not ok:
             # An excluded annotator's review: kept, but it fills no slot.
             entry["invalid"] += 1
@@ -304,16 +320,7 @@ def study_progress(*, study: Study, now: datetime | None = None) -> dict[str, An
         )
     )
     for user_id, username in members.items():
-        per_user.setdefault(
-            user_id,
-            {
-                "username": username,
-                "submitted": 0,
-                "leased": 0,
-                "expired": 0,
-                "invalid": 0,
-            },
-        )
+        per_user.setdefault(user_id, _member_counts(username))
     annotators = []
     for user_id, entry in sorted(per_user.items(), key=lambda kv: kv[1]["username"]):
         secs = seconds.get(user_id, [])

@@ -21,7 +21,7 @@ from django.urls import reverse, reverse_lazy
 from django.utils.safestring import mark_safe
 from django.views.decorators.http import require_POST
 
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import can_read_benchmarks, require_reader, require_staff
 from benchmarks.models import Dataset, System
 from portal.figures import figure_response, shown
 from rcp_platform.exceptions import ApplicationError
@@ -29,17 +29,6 @@ from rcp_platform.exceptions import ApplicationError
 from . import acceptance, markdown, report_sections, sampling, selectors, services
 from .figures import report_figures
 from .models import ReleaseStatus, Study
-
-
-def _reader(request: HttpRequest) -> None:
-    if not can_read_benchmarks(request.user):
-        raise PermissionDenied
-
-
-def _staff(request: HttpRequest) -> None:
-    if not request.user.is_staff:
-        raise PermissionDenied
-
 
 # ---------------------------------------------------------------------------- annotators
 
@@ -190,11 +179,11 @@ class StudyForm(forms.Form):
 @login_required
 def study_list(request: HttpRequest) -> HttpResponse:
     """Studies; staff create one in two steps: preview the sampling, then create."""
-    _reader(request)
+    require_reader(request)
     form = StudyForm(request.POST or None)
     preview = None
     if request.method == "POST":
-        _staff(request)
+        require_staff(request)
         if form.is_valid():
             try:
                 if "create" in request.POST:
@@ -250,7 +239,7 @@ def study_list(request: HttpRequest) -> HttpResponse:
 @login_required
 def study_detail(request: HttpRequest, study_id: int) -> HttpResponse:
     """Monitoring: contest states, annotators, expired leases, progress chart."""
-    _reader(request)
+    require_reader(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     releases = []
     if request.user.is_staff:
@@ -284,7 +273,7 @@ def annotator_exclude(
 ) -> HttpResponse:
     """Exclude an annotator from a study (staff, with a reason): their reviews become
     invalid and their contests re-open for others."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     user = selectors.annotator_accounts().filter(pk=user_id).first()
     if user is None:
@@ -311,7 +300,7 @@ def annotator_exclude(
 def study_gold(request: HttpRequest, study_id: int) -> HttpResponse:
     """Gold items of a study (staff): the mixing rate, items from the qrels, or one
     item entered by hand (query id, document id, expected grade)."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     action = request.POST.get("action")
     try:
@@ -352,7 +341,7 @@ def study_gold(request: HttpRequest, study_id: int) -> HttpResponse:
 @require_POST
 def study_action(request: HttpRequest, study_id: int, action: str) -> HttpResponse:
     """Close or (re)open a study."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     actions = {"open": services.study_open, "close": services.study_close}
     try:
@@ -393,7 +382,7 @@ def study_power(request: HttpRequest) -> HttpResponse:
     """The power planner page: contests needed for a target power, power of a size.
     A study fills a missing chance rate and counted share from its contests, and a
     missing true rate from its LLM-panel pilot."""
-    _reader(request)
+    require_reader(request)
     form = PowerForm(request.GET or None, user=request.user)
     plan, error = None, None
     if form.is_bound and form.is_valid():
@@ -439,7 +428,7 @@ def annotator_list(request: HttpRequest) -> HttpResponse:
     Inviting never touches a password. A new account has no usable password until
     its owner opens the link.
     """
-    _staff(request)
+    require_staff(request)
     create = AnnotatorCreateForm(
         request.POST if request.POST.get("action") == "create" else None,
         prefix="create",
@@ -538,7 +527,7 @@ def study_report(request: HttpRequest, study_id: int) -> HttpResponse:
     """The study's analysis with SVG plots (staff only: it shows annotator flags).
     ``?exclude_system=NAME`` (repeatable) restricts it to a subset; ``?system=NAME``
     adds the slices of one system (RCP favours it, its win rate, its contests)."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     systems = sorted(set(study.systems.values_list("name", flat=True)))
     exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
@@ -610,7 +599,7 @@ def report_figure(
 ) -> HttpResponse:
     """One report figure (same ``exclude_system`` subset as the page) as SVG, PDF,
     PNG or CSV (staff only, like the report)."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     systems = set(study.systems.values_list("name", flat=True))
     exclude = [s for s in request.GET.getlist("exclude_system") if s in systems]
@@ -628,7 +617,7 @@ def report_figure(
 @require_POST
 def release_create(request: HttpRequest, study_id: int) -> HttpResponse:
     """Queue the next numbered release of a study (built by a worker)."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     try:
         release = services.release_request(
@@ -646,7 +635,7 @@ def release_create(request: HttpRequest, study_id: int) -> HttpResponse:
 @require_POST
 def release_retry(request: HttpRequest, study_id: int, number: int) -> HttpResponse:
     """Queue a failed release again (same number)."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     release = selectors.release_get(study=study, number=number)
     try:
@@ -660,7 +649,7 @@ def release_retry(request: HttpRequest, study_id: int, number: int) -> HttpRespo
 @login_required
 def release_index(request: HttpRequest) -> HttpResponse:
     """Every release of every study on one page (staff only)."""
-    _staff(request)
+    require_staff(request)
     releases = Paginator(selectors.release_list_all(user=request.user), 50).get_page(
         request.GET.get("page")
     )
@@ -670,7 +659,7 @@ def release_index(request: HttpRequest) -> HttpResponse:
 @login_required
 def release_download(request: HttpRequest, study_id: int, number: int) -> HttpResponse:
     """The zip of a finished release."""
-    _staff(request)
+    require_staff(request)
     study = selectors.study_get(user=request.user, study_id=study_id)
     release = selectors.release_get(study=study, number=number)
     archive = services.release_folder(release=release).with_suffix(".zip")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from rest_framework import permissions
 from rest_framework.request import Request
 
@@ -25,6 +26,18 @@ def can_read_benchmarks(user: Any) -> bool:
         and user.is_active
         and (user.is_staff or user.has_perm(REVIEW_PERMISSION))
     )
+
+
+def require_reader(request: Any) -> None:
+    """Pages: PermissionDenied (403) unless the user may read benchmark data."""
+    if not can_read_benchmarks(request.user):
+        raise PermissionDenied
+
+
+def require_staff(request: Any) -> None:
+    """Pages: PermissionDenied (403) unless the user is staff."""
+    if not request.user.is_staff:
+        raise PermissionDenied
 
 
 class IsStaffOrReviewerReadOnly(permissions.BasePermission):

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import require_reader, require_staff
 from rcp_platform.exceptions import ApplicationError
 
 from . import selectors, services
@@ -19,21 +18,11 @@ from .models import Protocol, Query, UploadKind, UploadStatus
 RECENT_UPLOADS = 10
 
 
-def _require_reader(request: HttpRequest) -> None:
-    if not can_read_benchmarks(request.user):
-        raise PermissionDenied
-
-
-def _require_staff(request: HttpRequest) -> None:
-    if not request.user.is_staff:
-        raise PermissionDenied
-
-
 @login_required
 def dataset_list(request: HttpRequest) -> HttpResponse:
     """Every dataset the user may read, with its counts (the navigation's
     "Datasets"), and staff's recent uploads."""
-    _require_reader(request)
+    require_reader(request)
     datasets = selectors.dataset_list(user=request.user)
     uploads = selectors.upload_list(user=request.user)[:RECENT_UPLOADS]
     return render(
@@ -73,7 +62,7 @@ class RunUploadForm(forms.Form):
 def dataset_import(request: HttpRequest) -> HttpResponse:
     """The import form (staff): files are stored and imported by a worker; the
     browser goes to the upload's page with its progress bar."""
-    _require_staff(request)
+    require_staff(request)
     form = DatasetImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -99,7 +88,7 @@ def dataset_import(request: HttpRequest) -> HttpResponse:
 @login_required
 def run_upload(request: HttpRequest, pk: int) -> HttpResponse:
     """Add a run (a system's rankings) to a dataset from the browser (staff)."""
-    _require_staff(request)
+    require_staff(request)
     dataset = selectors.dataset_get(user=request.user, ref=pk)
     form = RunUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
@@ -138,7 +127,7 @@ def _upload_context(request: HttpRequest, pk: int) -> dict:
 def upload_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """An upload's status and progress bar; on failure the message with the file's
     numbered lines around the faulty one."""
-    _require_staff(request)
+    require_staff(request)
     return render(
         request, "benchmarks/upload_detail.html", _upload_context(request, pk)
     )
@@ -147,7 +136,7 @@ def upload_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def upload_progress_fragment(request: HttpRequest, pk: int) -> HttpResponse:
     """The status block alone; the upload page re-fetches it every second."""
-    _require_staff(request)
+    require_staff(request)
     return render(
         request, "benchmarks/_upload_status.html", _upload_context(request, pk)
     )
@@ -155,7 +144,7 @@ def upload_progress_fragment(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def dataset_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    _require_reader(request)
+    require_reader(request)
     dataset = selectors.dataset_get(user=request.user, ref=pk)
     queries = Paginator(selectors.query_list(dataset=dataset), 50).get_page(
         request.GET.get("page")
@@ -173,7 +162,7 @@ def dataset_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 def query_detail(request: HttpRequest, pk: int, query_pk: int) -> HttpResponse:
-    _require_reader(request)
+    require_reader(request)
     dataset = selectors.dataset_get(user=request.user, ref=pk)
     query = get_object_or_404(Query, pk=query_pk, dataset=dataset)
     pool = selectors.query_pool(query=query)

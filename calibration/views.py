@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import require_reader
 from benchmarks.selectors import dataset_get, dataset_list
 from portal.figures import figure_response, shown
 from rcp.irt import FLAG_TEXT
@@ -27,15 +27,10 @@ SHOW_FLAGGED = 100
 INVALID_TEXT = "more than 5% of its windows in a stage were invalid, or an adaptive one"
 
 
-def _require_reader(request: HttpRequest) -> None:
-    if not can_read_benchmarks(request.user):
-        raise PermissionDenied
-
-
 @login_required
 def fit_index(request: HttpRequest) -> HttpResponse:
     """Fits, newest first, and the calibrate form (staff) per dataset."""
-    _require_reader(request)
+    require_reader(request)
     services.fits_reap_stale()
     fits = Paginator(selectors.fit_list(user=request.user), 30).get_page(
         request.GET.get("page")
@@ -79,7 +74,7 @@ def fit_create(request: HttpRequest) -> HttpResponse:
 def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """Items, item characteristic curves + gain curve, tau distribution,
     reliability diagram, criterion correlations and coverage of one fit."""
-    _require_reader(request)
+    require_reader(request)
     services.fits_reap_stale()
     fit = selectors.fit_get(user=request.user, pk=pk)
     diag = fit.diagnostics or {}
@@ -130,7 +125,7 @@ def fit_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def fit_figure(request: HttpRequest, pk: int, name: str, fmt: str) -> HttpResponse:
     """One figure of the fit page as SVG, PDF, PNG or its data as CSV."""
-    _require_reader(request)
+    require_reader(request)
     fit = selectors.fit_get(user=request.user, pk=pk)
     taus = [r.tau for r in selectors.fit_query_rows(fit=fit)]
     return figure_response(fit_figures(fit=fit, taus=taus), name, fmt)
@@ -155,7 +150,7 @@ def fit_retry(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def leaderboard(request: HttpRequest) -> HttpResponse:
     """Leaderboard of one dataset or a suite (?dataset=A&dataset=B&k=10&protocol=)."""
-    _require_reader(request)
+    require_reader(request)
     refs = request.GET.getlist("dataset")
     context: dict = {
         "protocols": sorted(PROTOCOLS),
@@ -184,7 +179,7 @@ def leaderboard(request: HttpRequest) -> HttpResponse:
 def leaderboard_figure(request: HttpRequest, name: str, fmt: str) -> HttpResponse:
     """One leaderboard figure (same query string as the page) as SVG, PDF, PNG or
     CSV."""
-    _require_reader(request)
+    require_reader(request)
     refs = request.GET.getlist("dataset")
     context = _board_or_error(
         request, refs, request.GET.get("k", "10"), request.GET.get("protocol", "")

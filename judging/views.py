@@ -11,7 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import require_reader
 from benchmarks.models import Dataset
 from rcp_platform.exceptions import ApplicationError
 
@@ -31,15 +31,10 @@ class JobForm(forms.Form):
     )
 
 
-def _reader(request: HttpRequest) -> None:
-    if not can_read_benchmarks(request.user):
-        raise PermissionDenied
-
-
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
     """Jobs and judges; staff create a job in two steps: estimate, then launch."""
-    _reader(request)
+    require_reader(request)
     form = JobForm(request.POST or None)
     estimate = None
     if request.method == "POST":
@@ -90,7 +85,7 @@ def _detail_context(request: HttpRequest, job_id: int) -> dict:
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    _reader(request)
+    require_reader(request)
     context = _detail_context(request, job_id)
     context["samples"] = selectors.window_sample(job=context["job"])
     context["invalid_samples"] = selectors.window_sample(
@@ -102,7 +97,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @login_required
 def job_progress_fragment(request: HttpRequest, job_id: int) -> HttpResponse:
     """The progress block alone; the detail page re-fetches it every 2 s."""
-    _reader(request)
+    require_reader(request)
     return render(request, "judging/_progress.html", _detail_context(request, job_id))
 
 
@@ -129,7 +124,7 @@ def job_action(request: HttpRequest, job_id: int, action: str) -> HttpResponse:
 
 @login_required
 def window_detail(request: HttpRequest, window_id: int) -> HttpResponse:
-    _reader(request)
+    require_reader(request)
     window = selectors.window_get(user=request.user, window_id=window_id)
     return render(
         request,
@@ -215,7 +210,7 @@ def judge_form(request: HttpRequest, judge_id: int | None = None) -> HttpRespons
     """Add (``judging.add_judge``) or edit (``judging.change_judge``) a judge, and test
     its connection before saving. The permission, not staff status, is required: the
     judge's URL receives the key its variable holds."""
-    _reader(request)
+    require_reader(request)
     judge = None
     if judge_id is not None:
         judge = get_object_or_404(Judge, pk=judge_id, offline=False)

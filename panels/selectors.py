@@ -17,7 +17,8 @@ from typing import Any
 from django.db.models import Avg, Count, Q, QuerySet
 
 from annotation import sampling
-from annotation.models import Contest, ContestDocument, Study
+from annotation.models import Contest, Study
+from annotation.selectors import contest_documents
 from benchmarks.access import can_read_benchmarks
 from judging.models import Judge
 from judging.prompts import count_tokens
@@ -134,13 +135,7 @@ def contest_views(*, study: Study) -> list[ContestView]:
     contests = list(
         Contest.objects.filter(study=study).select_related("query").order_by("position")
     )
-    entries: dict[int, list[ContestDocument]] = defaultdict(list)
-    for e in (
-        ContestDocument.objects.filter(contest__study=study)
-        .select_related("document")
-        .order_by("contest_id", "id")
-    ):
-        entries[e.contest_id].append(e)
+    entries = contest_documents(study=study)
     out = []
     for c in contests:
         shown = entries[c.pk]

@@ -8,33 +8,22 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from annotation.selectors import rubric_current, study_get
-from benchmarks.access import can_read_benchmarks
+from benchmarks.access import require_reader, require_staff
 from rcp_platform.exceptions import ApplicationError
 
 from . import selectors, services
 from .models import PanelMode
 
 
-def _reader(request: HttpRequest) -> None:
-    if not can_read_benchmarks(request.user):
-        raise PermissionDenied
-
-
-def _staff(request: HttpRequest) -> None:
-    if not request.user.is_staff:
-        raise PermissionDenied
-
-
 @login_required
 def study_panels(request: HttpRequest, study_id: int) -> HttpResponse:
     """Pick a panel and a mode (``?panel=&mode=``): the estimate, then launch."""
-    _reader(request)
+    require_reader(request)
     study = study_get(user=request.user, study_id=study_id)
     panels = list(selectors.panel_list(user=request.user))
     mode = request.GET.get("mode", PanelMode.LISTS)
@@ -74,7 +63,7 @@ def study_panels(request: HttpRequest, study_id: int) -> HttpResponse:
 @require_POST
 def run_launch(request: HttpRequest, study_id: int) -> HttpResponse:
     """Create (or resume) the run of the chosen panel and mode, queued for a worker."""
-    _staff(request)
+    require_staff(request)
     study = study_get(user=request.user, study_id=study_id)
     try:
         panel = selectors.panel_get(ref=request.POST.get("panel", ""))
@@ -92,7 +81,7 @@ def run_launch(request: HttpRequest, study_id: int) -> HttpResponse:
 
 
 def _run_context(request: HttpRequest, run_id: int) -> dict:
-    _reader(request)
+    require_reader(request)
     run = selectors.run_get(run_id=run_id, user=request.user)
     return {"run": run, "progress": selectors.run_progress(run=run)}
 
@@ -111,7 +100,7 @@ def run_progress_fragment(request: HttpRequest, run_id: int) -> HttpResponse:
 @login_required
 @require_POST
 def run_pause(request: HttpRequest, run_id: int) -> HttpResponse:
-    _staff(request)
+    require_staff(request)
     run = selectors.run_get(run_id=run_id, user=request.user)
     try:
         services.panel_run_pause(run=run)

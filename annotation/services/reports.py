@@ -25,7 +25,7 @@ from calibration.models import DocumentAbility
 from rcp_platform.exceptions import ApplicationError
 from rcp_platform.keys import weak_key_reason
 
-from .. import release_format, report_sections
+from .. import release_format, report_sections, selectors
 from ..analysis import Annotation, Contest, StudyConfig, annotator_pick, study_report
 from ..analysis.picks import TIE_MARGIN
 from ..analysis.rules import VERDICT_RULES
@@ -119,13 +119,7 @@ def study_tables(
         .select_related("query__dataset", "system_a", "system_b")
         .order_by("position")
     )
-    entries: dict[int, list[ContestDocument]] = defaultdict(list)
-    for e in (
-        ContestDocument.objects.filter(contest__study=study)
-        .select_related("document")
-        .order_by("contest_id", "id")
-    ):
-        entries[e.contest_id].append(e)
+    entries = selectors.contest_documents(study=study)
     rows: list[dict[str, Any]] = []
     keys: set[tuple[int, int]] = set()
     for c in contests:
