@@ -430,9 +430,7 @@ def assignment_get_for_annotator(*, user: Any, assignment_id: int) -> Assignment
         "closed": StudyStatus.CLOSED.value,
         "true": True,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one(sql, params)
     if row is None:
         raise NotFoundError("assignment not found")
     assignment, contest, study, query, rubric = hot.build(
@@ -441,6 +439,13 @@ def assignment_get_for_annotator(*, user: Any, assignment_id: int) -> Assignment
     contest.study, contest.query = study, query
     assignment.contest, assignment.rubric, assignment.annotator = contest, rubric, user
     return assignment
+
+
+def _one(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The first row of a fixed statement, or None."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
 
 
 @dataclass(frozen=True)
@@ -501,9 +506,7 @@ def member_lock_for_next(
         "open": StudyStatus.OPEN.value,
         "closed": StudyStatus.CLOSED.value,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one(sql, params)
     if row is None:
         return None
     study = hot.study.build(row, 0, using=connection.alias)
@@ -530,9 +533,7 @@ def lease_in_progress(*, study: Study, annotator: Any) -> Assignment | None:
         "annotator": annotator.pk,
         "leased": AssignmentStatus.LEASED.value,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one(sql, params)
     if row is None:
         return None
     assignment, contest, query, rubric = hot.build(
@@ -636,9 +637,7 @@ def contest_lock_open_to(
         f"{skip.replace(' AND', ' WHERE', 1)} ORDER BY o.n_live DESC, c.position ASC "
         f"LIMIT 1{lock}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one(sql, params)
     if row is None:
         return None
     pk, position, query_id, text, _n_live, done, left = row
