@@ -291,11 +291,6 @@ class Contest(models.Model):
     rcp_b = models.FloatField()
     qrel_a = models.FloatField()
     qrel_b = models.FloatField()
-    # A hint for the annotator API's candidate pick (ASSIGNMENT.md, "Queries"): True
-    # only once N valid reviews were submitted, set by the submit that saw them and
-    # cleared by exclusion under the contest lock. Such a contest can never take a
-    # lease, so the pick leaves its assignments unread. False claims nothing.
-    complete = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["study_id", "position"]

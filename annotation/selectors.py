@@ -560,37 +560,31 @@ _Q = Query._meta.db_table
 _S = Study._meta.db_table
 _R = Rubric._meta.db_table
 _M = StudyMember._meta.db_table
-# One pass over the assignments of the study's contests not marked complete, grouped
-# by contest: live assignments (the same rule as _live: valid submitted ones and
-# unexpired leases) and whether the annotator ever had the contest. Read once per
-# statement (a CTE) for the pick and the "left" count. A contest marked complete
-# (``Contest.complete``: N valid reviews, which never become fewer but by exclusion,
-# which clears the mark) can take no lease, so neither its assignments nor the
-# contest itself are read: the cost follows the contests still open, not the study.
+# One pass over the study's assignments, grouped by contest: live assignments (the
+# same rule as _live: valid submitted ones and unexpired leases), whether the
+# annotator ever had the contest, and whether they submitted it. Read once per
+# statement (a CTE) for the pick, the "left" count and the "done" count: about a
+# quarter of the cost of correlated subqueries per contest.
 _STATE_SQL = (
     "SELECT l.contest_id AS id, SUM(CASE WHEN (l.status = %(submitted)s AND "
     "l.valid = %(valid)s) OR (l.status = %(leased)s AND l.expires_at > %(now)s) "
     "THEN 1 ELSE 0 END) AS n_live, "
-    "MAX(CASE WHEN l.annotator_id = %(annotator)s THEN 1 ELSE 0 END) AS had "
+    "MAX(CASE WHEN l.annotator_id = %(annotator)s THEN 1 ELSE 0 END) AS had, "
+    "MAX(CASE WHEN l.annotator_id = %(annotator)s AND l.status = %(submitted)s "
+    "THEN 1 ELSE 0 END) AS done "
     f"FROM {_A} l JOIN {_C} s ON s.id = l.contest_id "
-    "WHERE s.study_id = %(study)s AND s.complete = %(incomplete)s "
-    "GROUP BY l.contest_id"
+    "WHERE s.study_id = %(study)s GROUP BY l.contest_id"
 )
 # Contests open to the annotator: fewer than N live assignments, never theirs.
 _OPEN_CTES = (
     f"WITH st AS ({_STATE_SQL}), open_to AS (SELECT c.id, "
     f"COALESCE(st.n_live, 0) AS n_live FROM {_C} c LEFT JOIN st ON st.id = c.id "
-    "WHERE c.study_id = %(study)s AND c.complete = %(incomplete)s "
-    "AND COALESCE(st.had, 0) = 0 AND COALESCE(st.n_live, 0) < %(per_contest)s) "
-)
-# The annotator's submitted contests: their own rows, by the (annotator, status) index.
-_DONE_SQL = (
-    f"(SELECT COUNT(*) FROM {_A} a JOIN {_C} s ON s.id = a.contest_id "
-    "WHERE s.study_id = %(study)s AND a.annotator_id = %(annotator)s "
-    "AND a.status = %(submitted)s)"
+    "WHERE c.study_id = %(study)s AND COALESCE(st.had, 0) = 0 "
+    "AND COALESCE(st.n_live, 0) < %(per_contest)s) "
 )
 _PROGRESS_SQL = (
-    f"{_DONE_SQL} AS contests_done, (SELECT COUNT(*) FROM open_to) AS contests_left"
+    "(SELECT COALESCE(SUM(done), 0) FROM st) AS contests_done, "
+    "(SELECT COUNT(*) FROM open_to) AS contests_left"
 )
 
 
@@ -602,7 +596,6 @@ def _open_to_params(*, study: Study, annotator: Any, now: datetime) -> dict[str,
         "submitted": AssignmentStatus.SUBMITTED.value,
         "leased": AssignmentStatus.LEASED.value,
         "valid": True,
-        "incomplete": False,
         "now": connection.ops.adapt_datetimefield_value(now),
     }
 

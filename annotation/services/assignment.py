@@ -45,7 +45,6 @@ def _opaque_keys(n: int) -> list[str]:
 
 
 _A = Assignment._meta.db_table
-_C = Contest._meta.db_table
 _CD = ContestDocument._meta.db_table
 _D = Document._meta.db_table
 
@@ -83,37 +82,6 @@ def _flip_submitted(pk: int, draft: dict[str, Any], now: Any) -> bool:
             ],
         )
         return cursor.rowcount > 0
-
-
-def _mark_if_complete(contest_id: int, per_contest: int) -> None:
-    """Mark the contest complete when it has N valid submitted reviews (counting the
-    caller's own, just flipped): the hint ``next``'s candidate pick uses to skip it.
-
-    The contest row is taken SKIP LOCKED: if a ``next``, ``_retake`` or exclusion
-    holds it, the mark is left for later (an unmarked complete contest is only read
-    needlessly), and a submit never waits for a contest lock while it holds its
-    assignment's row, so it cannot deadlock with them. Valid reviews only become fewer
-    by exclusion, which clears the mark under the same lock.
-    """
-    skip = (
-        " FOR UPDATE SKIP LOCKED"
-        if connection.features.has_select_for_update_skip_locked
-        else ""
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {_C} SET complete = %(yes)s WHERE id IN (SELECT c.id FROM {_C} c "
-            "WHERE c.id = %(contest)s AND c.complete = %(no)s AND (SELECT COUNT(*) "
-            f"FROM {_A} l WHERE l.contest_id = c.id AND l.status = %(submitted)s "
-            f"AND l.valid = %(yes)s) >= %(n)s{skip})",
-            {
-                "yes": True,
-                "no": False,
-                "contest": contest_id,
-                "submitted": AssignmentStatus.SUBMITTED.value,
-                "n": per_contest,
-            },
-        )
 
 
 def _reclaim_and_free_slots(contest: Contest, now: Any) -> list[int]:
@@ -583,7 +551,6 @@ def assignment_submit(
     Grade.objects.bulk_create(rows)
     if gold:
         GoldAnswer.objects.bulk_create(gold)
-    _mark_if_complete(assignment.contest_id, study.per_contest)
     assignment.status = AssignmentStatus.SUBMITTED
     assignment.submitted_at = now
     assignment.draft = {"grades": clean}

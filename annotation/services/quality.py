@@ -201,7 +201,4 @@ def annotator_exclude(
         status=AssignmentStatus.EXPIRED, slot=None, valid=False
     )
     mine.filter(status=AssignmentStatus.EXPIRED).update(valid=False)
-    if reviews:
-        # Fewer valid reviews: the contests may take leases again (under their lock).
-        Contest.objects.filter(pk__in=contest_ids, complete=True).update(complete=False)
     return {"reviews": reviews, "leases": leases, "contests": len(contest_ids)}

@@ -212,9 +212,8 @@ def test_next_and_submit_run_in_a_handful_of_queries(study, members):
     takes 8 statements (token, permission, membership lock reading the study and its
     rubric, lease in progress, candidate contest lock with its query and the
     progress, its slots, its documents with their text, insert), a resumed one 7
-    (lease in progress, renewal, progress, document texts), a submit 6 (token,
-    permission, assignment, status flip, grades, the contest's complete mark). Was 12
-    for a new lease, 8
+    (lease in progress, renewal, progress, document texts), a submit 5 (token,
+    permission, assignment, status flip, grades). Was 12 for a new lease, 8
     resumed, and the ORM compiled ~4 ms per nested subquery on every request."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -233,7 +232,7 @@ def test_next_and_submit_run_in_a_handful_of_queries(study, members):
     assert response.status_code == 200
     assert len(_statements(new)) == 8, _statements(new)
     assert len(_statements(resumed)) == 7, _statements(resumed)
-    assert len(_statements(submit)) == 6, _statements(submit)
+    assert len(_statements(submit)) == 5, _statements(submit)
     assert body["progress"] == {"documents": len(body["documents"]),
                                 "contests_done": 0, "contests_left": 5}  # fmt: skip
     with CaptureQueriesContext(connection) as second:

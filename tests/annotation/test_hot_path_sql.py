@@ -27,8 +27,9 @@ def _fields(instance) -> dict:
 
 def _token_client(user) -> APIClient:
     client = APIClient()
-    token, _new = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}"
+    )
     return client
 
 
@@ -146,92 +147,3 @@ def test_annotator_role_from_sql_agrees_with_has_perm(db, annotate, review, expe
     )
     assert by_django is expected
     assert selectors.is_annotator(type(user).objects.get(pk=user.pk)) is expected
-
-
-def _truth(study) -> dict[int, bool]:
-    """Contest id -> has N valid submitted reviews, from the assignment rows."""
-    from collections import Counter
-
-    from annotation.models import AssignmentStatus
-
-    valid = Counter(
-        Assignment.objects.filter(
-            contest__study=study, status=AssignmentStatus.SUBMITTED, valid=True
-        ).values_list("contest_id", flat=True)
-    )
-    return {
-        pk: valid[pk] >= study.per_contest
-        for pk in study.contests.values_list("pk", flat=True)
-    }
-
-
-def _open_to(study, user) -> int:
-    """Contests still open to ``user`` by the ASSIGNMENT.md rule, with the ORM."""
-    from django.db.models import Count, Q
-
-    from annotation.models import AssignmentStatus
-
-    now = timezone.now()
-    live = Q(
-        assignments__status=AssignmentStatus.SUBMITTED, assignments__valid=True
-    ) | Q(assignments__status=AssignmentStatus.LEASED, assignments__expires_at__gt=now)
-    return (
-        study.contests.exclude(assignments__annotator=user)
-        .annotate(n_live=Count("assignments", filter=live))
-        .filter(n_live__lt=study.per_contest)
-        .count()
-    )
-
-
-def test_complete_mark_follows_the_valid_reviews_and_progress_stays_exact(
-    study, members
-):
-    """Contest.complete (the candidate pick's hint) is set by the submit that brings
-    the N-th valid review and cleared by exclusion; at every step it equals the truth
-    from the assignment rows, and every progress count the API returns equals the
-    ORM's count of contests open to that annotator."""
-    import numpy as np
-
-    from annotation.models import Contest
-    from annotation.services import annotator_exclude, study_member_add
-    from tests.annotation.factories import full_grades
-    from tests.factories import AnnotatorFactory
-
-    def grade_all(users, seed):
-        rng = np.random.default_rng(seed)
-        clients = {u.pk: _token_client(u) for u in users}
-        active = True
-        while active:
-            active = False
-            for user in users:
-                client = clients[user.pk]
-                left = _open_to(study, user)
-                got = client.post(f"/api/v1/studies/{study.pk}/assignments/next")
-                if got.status_code == 204:
-                    assert left == 0
-                    continue
-                active = True
-                body = got.json()
-                # counted as left before this lease was taken
-                assert body["progress"]["contests_left"] == left - 1
-                sent = client.post(
-                    f"/api/v1/assignments/{body['assignment']}/submit",
-                    {"grades": full_grades(body, rng)},
-                    format="json",
-                )
-                assert sent.status_code == 200, sent.content
-                marks = dict(study.contests.values_list("pk", "complete"))
-                assert marks == _truth(study)
-
-    grade_all(members, seed=1)
-    assert set(
-        Contest.objects.filter(study=study).values_list("complete", flat=True)
-    ) == {True}
-    annotator_exclude(study=study, annotator=members[0], reason="test")
-    assert dict(study.contests.values_list("pk", "complete")) == _truth(study)
-    assert not all(_truth(study).values())  # the exclusion re-opened contests
-    newcomers = AnnotatorFactory.create_batch(2)
-    for user in newcomers:
-        study_member_add(study=study, annotator=user)
-    grade_all([*members[1:], *newcomers], seed=2)
-    assert set(_truth(study).values()) == {True}
