@@ -66,4 +66,20 @@ def chromium(enforce_csp: bool = False) -> Iterator[Browser]:
         try:
             yield browser if enforce_csp else _CspBypassingBrowser(browser)  # type: ignore[misc]
         finally:
+            _close_this_contexts_connections()
             browser.close()
+
+
+def _close_this_contexts_connections() -> None:
+    """Close the database connections the test body opened inside this block.
+
+    Playwright's sync API runs the body in a greenlet with a context of its own, and
+    Django keeps connections per context: a query made inside the block opens a
+    connection that the test database's teardown never sees, so on PostgreSQL the
+    test database could not be dropped ("accessed by other users"). A connection
+    inside a transaction (a non-transactional test's) is left alone."""
+    from django.db import connections
+
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close()
