@@ -36,7 +36,7 @@ from judging.limits import (
 from judging.simulated import start_simulated_judge
 from tests import tiers
 
-REDIS_URL = tiers.redis_url(15)
+REDIS_URL = tiers.redis_url(int(os.environ.get("RCP_TEST_REDIS_DB", "15")))
 TEXTS = [f"passage {i} on tidal forces and the moon" for i in range(10)]
 FORK = multiprocessing.get_context("fork")
 
