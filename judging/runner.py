@@ -92,6 +92,24 @@ def _answers(
     return out
 
 
+def _answer(stage: str, doc_ids: list[str], outcome: dict) -> object:
+    """The planner's answer for a window this lane just stored (as ``_answers`` would
+    read it back)."""
+    if stage == Stage.TOURNAMENT:
+        scores = outcome["scores"]
+        return TournamentAnswer(
+            tuple(doc_ids),
+            tuple(scores) if outcome["valid"] and scores is not None else None,
+        )
+    answers = outcome["answers"]
+    return RubricAnswer(
+        tuple(doc_ids),
+        tuple(tuple(a) for a in answers)
+        if outcome["valid"] and answers is not None
+        else None,
+    )
+
+
 class JobRunner:
     """One lane of a job: claims (query, stage) units of the job's current run and
     works on them until none is left, the job stops, or the run is fenced.
@@ -329,16 +347,7 @@ class JobRunner:
         work = _Query(query.pk, query.external_id, query.text, doc_ids, texts)
         self._run_stage(work, unit.stage, calls)
 
-    def _plan(self, query: _Query, stage: str, judged: dict, cache: dict) -> list:
-        def cached(fit):
-            def run(ids, answers):
-                key = tuple(answers)
-                if key not in cache:
-                    cache[key] = fit(ids, answers)
-                return cache[key]
-
-            return run
-
+    def _plan(self, query: _Query, stage: str, judged: dict, memo: dict) -> list:
         if stage == Stage.TOURNAMENT:
             return next_tournament_windows(
                 query.doc_ids,
@@ -346,7 +355,8 @@ class JobRunner:
                 schedule=self.tournament,
                 dataset=self.job.dataset.name,
                 query_id=query.external_id,
-                fit=cached(bt_abilities),
+                fit=bt_abilities,
+                memo=memo,
             )
         return next_rubric_windows(
             query.doc_ids,
@@ -354,17 +364,25 @@ class JobRunner:
             schedule=self.rubric,
             dataset=self.job.dataset.name,
             query_id=query.external_id,
-            fit=cached(rasch_scores),
+            fit=rasch_scores,
+            memo=memo,
         )
 
     def _run_stage(self, query: _Query, stage: str, calls: ThreadPoolExecutor) -> None:
-        cache: dict = {}
+        # The planner's memo keeps the phases replayed so far: each round fits only
+        # the batch it plans. ``judged`` is read from the database at the start and
+        # whenever another runner may have written this unit's windows (a window we
+        # could not claim or whose answer was refused to us); otherwise each round
+        # adds the answers this lane stored itself.
+        memo: dict = {}
+        judged: dict | None = None
         db_query = Query(pk=query.pk, external_id=query.external_id)
         while True:
             if self.stop.is_set():
                 raise StopRun(self.stop_reason)
-            judged = _answers(db_query, self.job.family, stage, self.held)
-            planned = self._plan(query, stage, judged, cache)
+            if judged is None:
+                judged = _answers(db_query, self.job.family, stage, self.held)
+            planned = self._plan(query, stage, judged, memo)
             if not planned:
                 return
             rows = services.windows_plan(
@@ -394,13 +412,18 @@ class JobRunner:
             # answer as it arrives, so database connections stay one per query loop.
             futures = {calls.submit(self._ask_window, query, row): row for row in mine}
             fatal = None
+            complete = len(mine) == len(rows)
             for future in as_completed(futures):
                 row = futures[future]
                 try:
+                    outcome = future.result()
                     stored = services.window_complete(
-                        window_id=row.pk, token=self.token, **future.result()
+                        window_id=row.pk, token=self.token, **outcome
                     )
-                    if not stored:  # our claim was taken over: drop, count as waste
+                    if stored:
+                        judged[row.seq] = _answer(stage, row.doc_ids, outcome)
+                    else:  # our claim was taken over: drop, count as waste
+                        complete = False
                         with self.counts_lock:
                             self.counts["wasted"] += 1
                 except BaseException as exc:  # the judge refused us for good
@@ -411,8 +434,10 @@ class JobRunner:
                         self.active.discard(row.pk)
             if fatal is not None:
                 raise fatal
-            if len(mine) < len(rows):
-                time.sleep(self.poll_s)  # others hold some windows; wait for them
+            if not complete:
+                judged = None  # read again: others hold or stored some windows
+                if len(mine) < len(rows):
+                    time.sleep(self.poll_s)  # others hold some windows; wait for them
 
     # ------------------------------------------------------------------ one window
     def _ask_window(self, query: _Query, row: JudgmentWindow) -> dict:

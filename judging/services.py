@@ -20,7 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, Q
+from django.db.models import Case, Exists, F, Q, When
 from django.utils import timezone
 
 from benchmarks.formats import FormatError, numbered_lines, open_text
@@ -535,7 +535,7 @@ def job_count(
 
 def job_units_plan(*, job: JudgingJob) -> list[int]:
     """Ensure one unit per (query with a pool, stage) of the job; returns the ids of
-    those not done, in query order.
+    those not done: Stage A units in query order, then Stage B's.
 
     Called by the run that just claimed the job: units still marked running belong to
     a run that was fenced (take-over, resume), so they go back to pending.
@@ -559,11 +559,14 @@ def job_units_plan(*, job: JudgingJob) -> list[int]:
     )
     order = {q.pk: i for i, q in enumerate(queries)}
     rows = JudgingUnit.objects.filter(job=job).exclude(status=UnitStatus.DONE)
+    # Stage A units first: ten rounds that wait on each other, against two in Stage
+    # B, so started last they would leave the judge's slots idle at the job's end.
+    # Lanes take every LANES-th id of this list: each gets both stages.
     return [
         pk
         for pk, _, _ in sorted(
             rows.values_list("pk", "query_id", "stage"),
-            key=lambda r: (order.get(r[1], 0), r[2]),
+            key=lambda r: (r[2] != Stage.TOURNAMENT, order.get(r[1], 0)),
         )
     ]
 
@@ -578,7 +581,8 @@ def unit_claim(
 ) -> JudgingUnit | None:
     """Claim one unit of run ``job_token`` (compare-and-set): a pending one, preferably
     from ``prefer`` (the lane's own share), else any pending one, else one whose
-    holder's lease ran out (a dead lane). None if nothing is claimable now.
+    holder's lease ran out (a dead lane); Stage A before Stage B (see
+    ``job_units_plan``). None if nothing is claimable now.
 
     Raises JobFenced once the job is no longer running under ``job_token``.
     """
@@ -592,8 +596,11 @@ def unit_claim(
         status=UnitStatus.RUNNING, lease_until__lt=now
     )
     base = JudgingUnit.objects.filter(claimable, job_id=job_id)
+    stage_a_first = Case(When(stage=Stage.TOURNAMENT, then=0), default=1)
     for candidates in (base.filter(pk__in=list(prefer)), base):
-        for pk in candidates.order_by("status", "pk").values_list("pk", flat=True)[:8]:
+        for pk in candidates.order_by("status", stage_a_first, "pk").values_list(
+            "pk", flat=True
+        )[:8]:
             if (
                 JudgingUnit.objects.filter(claimable, ours, pk=pk).update(
                     status=UnitStatus.RUNNING,
