@@ -510,6 +510,21 @@ def _memo_for(memo: dict | None, key: tuple) -> dict:
     return memo
 
 
+def _valid_pair_counts(
+    asked: list[TournamentAnswer], memo: dict
+) -> Counter[tuple[str, str]]:
+    """``pair_counts`` of the valid windows in ``asked``, counting only the windows
+    added since the memo's last count when the earlier ones are unchanged."""
+    prefix, counts = memo.get("counts", ([], Counter()))
+    if asked[: len(prefix)] != prefix:
+        prefix, counts = [], Counter()
+    counts = counts + pair_counts(
+        a.doc_ids for a in asked[len(prefix) :] if a.scores is not None
+    )
+    memo["counts"] = (list(asked), counts)
+    return counts
+
+
 def next_tournament_windows(
     doc_ids: Sequence[str],
     judged: Mapping[int, TournamentAnswer],
@@ -568,7 +583,7 @@ def next_tournament_windows(
             ability = fit(doc_ids, asked)
             ranked = rank_by_ability(doc_ids, ability)
             ordered = {d: ability.get(d, 0.0) for d in ranked}
-            counts = pair_counts(a.doc_ids for a in asked if a.scores is not None)
+            counts = _valid_pair_counts(asked, memo)
             picks = greedy_adaptive_windows(
                 ordered,
                 boundary_values(ordered, counts, depth=schedule.adaptive_depth),
