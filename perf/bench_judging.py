@@ -227,8 +227,12 @@ def main() -> None:
             requests = stats["chat_requests"]
             windows = JudgmentWindow.objects.filter(job=job)
             stored = windows.filter(status="done").count()
-            keys = windows.values_list("query_id", "stage", "seq").distinct().count()
-            asked_max = max(Counter(stats["prompts"]).values(), default=0)
+            keys = len(set(windows.values_list("query_id", "stage", "seq")))
+            # Asked once: the judge saw each prompt exactly as often as stored windows
+            # carry it (an adaptive batch may ask an earlier stretch again, same order).
+            asked_once = Counter(stats["prompts"]) == Counter(
+                windows.values_list("prompt_sha256", flat=True)
+            )
             rate = requests / wall
 
             # Peer: the bare openai client in C threads, same server, same calls.
@@ -255,7 +259,7 @@ def main() -> None:
                     status=job.status,
                     requests=requests,
                     windows=stored,
-                    once=stored == keys == requests and asked_max == 1,
+                    once=stored == keys == requests and asked_once,
                     wall=wall,
                     rate=rate,
                     cpu_ms=1000 * cpu / max(requests, 1),
