@@ -13,7 +13,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    FIRST_EXCEPTION,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass
 
 from django.db import connection
@@ -408,30 +413,38 @@ class JobRunner:
             self.held.update(got)
             with self.active_lock:
                 self.active.update(got)
-            # Call threads only talk to the judge; this query's thread stores each
-            # answer as it arrives, so database connections stay one per query loop.
+            # Call threads only talk to the judge; this query's thread stores the
+            # answers as they arrive, all those that came in while it stored the
+            # last ones in one statement, so database connections stay one per loop.
             futures = {calls.submit(self._ask_window, query, row): row for row in mine}
             fatal = None
             complete = len(mine) == len(rows)
-            for future in as_completed(futures):
-                row = futures[future]
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                answered = []
+                for future in done:
+                    row = futures[future]
+                    try:
+                        answered.append((row, future.result()))
+                    except BaseException as exc:  # the judge refused us for good
+                        services.window_release(window_id=row.pk, token=self.token)
+                        fatal = fatal or exc
                 try:
-                    outcome = future.result()
-                    stored = services.window_complete(
-                        window_id=row.pk, token=self.token, **outcome
+                    stored = services.windows_complete(
+                        token=self.token,
+                        outcomes=[(row.pk, outcome) for row, outcome in answered],
                     )
-                    if stored:
+                finally:
+                    with self.active_lock:
+                        self.active.difference_update(futures[f].pk for f in done)
+                for row, outcome in answered:
+                    if row.pk in stored:
                         judged[row.seq] = _answer(stage, row.doc_ids, outcome)
                     else:  # our claim was taken over: drop, count as waste
                         complete = False
                         with self.counts_lock:
                             self.counts["wasted"] += 1
-                except BaseException as exc:  # the judge refused us for good
-                    services.window_release(window_id=row.pk, token=self.token)
-                    fatal = fatal or exc
-                finally:
-                    with self.active_lock:
-                        self.active.discard(row.pk)
             if fatal is not None:
                 raise fatal
             if not complete:

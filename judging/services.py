@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import secrets
+import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -803,73 +804,133 @@ _COMPLETE_FIELDS = (
 )
 
 
+# Rows per statement of ``windows_complete`` (PostgreSQL takes 65535 parameters,
+# SQLite 32766; a row has 16).
+COMPLETE_CHUNK = 500
+
+
 @functools.cache
-def _complete_sql(vendor: str) -> str:
+def _complete_sql(vendor: str, rows: int) -> str:
+    """UPDATE ... FROM (VALUES one row per window) ... RETURNING the ids stored."""
+    meta = JudgmentWindow._meta
+    qn = connection.ops.quote_name
+    table = qn(meta.db_table)
+    fields = [meta.get_field(f) for f in _COMPLETE_FIELDS]
+    sets = ", ".join(
+        [
+            f"{qn(meta.get_field('status').column)} = %s",
+            f"{qn(meta.get_field('lease_until').column)} = NULL",
+        ]
+        + [f"{qn(f.column)} = v.column{i + 2}" for i, f in enumerate(fields)]
+    )
+    # PostgreSQL types a VALUES list from its first row: every cell is cast.
+    if vendor == "postgresql":
+        types = [meta.pk.db_type(connection)] + [f.db_type(connection) for f in fields]
+        cells = ", ".join(f"CAST(%s AS {t})" for t in types)
+    else:
+        cells = ", ".join(["%s"] * (1 + len(fields)))
+    values = ", ".join([f"({cells})"] * rows)
+    pk = f"{table}.{qn(meta.pk.column)}"
+    return (
+        f"UPDATE {table} SET {sets} FROM (VALUES {values}) AS v "
+        f"WHERE {pk} = v.column1 "
+        f"AND {table}.{qn(meta.get_field('status').column)} = %s "
+        f"AND {table}.{qn(meta.get_field('claim').column)} = %s "
+        f"RETURNING {pk}"
+    )
+
+
+def window_complete(*, window_id: int, token: str, **outcome: Any) -> bool:
+    """Store one window's outcome (``windows_complete`` of one); True if stored."""
+    return window_id in windows_complete(token=token, outcomes=[(window_id, outcome)])
+
+
+def windows_complete(
+    *, token: str, outcomes: list[tuple[int, dict[str, Any]]]
+) -> set[int]:
+    """Store windows' outcomes once (in-flight -> done), each only while the window is
+    still claimed by ``token``; returns the ids stored. The raw answer is kept even
+    when invalid; nothing is imputed. An id missing from the result was no longer
+    ours (its lease ran out and another runner re-claimed it, or the job was taken
+    over): the caller drops that answer.
+
+    Each outcome has ``valid, category, reason, raw_response, scores, ranking,
+    answers, attempts, input_tokens, output_tokens, latency_ms, prompt_sha256``.
+    One statement for all of them (the answers a lane received while it stored the
+    previous ones), built once per size with values prepared by the model's own
+    fields: this runs for every request, and compiling an ORM update per window cost
+    a sixth of a lane's CPU.
+    """
+    if not outcomes:
+        return set()
+    if connection.vendor == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
+        # No UPDATE ... FROM / RETURNING: one statement per window.
+        return {
+            pk
+            for pk, outcome in outcomes
+            if _windows_complete_chunk(token, [(pk, outcome)], returning=False)
+        }
+    stored: set[int] = set()
+    for i in range(0, len(outcomes), COMPLETE_CHUNK):
+        stored |= _windows_complete_chunk(token, outcomes[i : i + COMPLETE_CHUNK])
+    return stored
+
+
+def _windows_complete_chunk(
+    token: str, outcomes: list[tuple[int, dict[str, Any]]], *, returning: bool = True
+) -> set[int]:
+    meta = JudgmentWindow._meta
+    fields = [meta.get_field(f) for f in _COMPLETE_FIELDS]
+    now = timezone.now()
+    version = str(prompts.PROMPT_VERSION)
+    params: list[Any] = [WindowStatus.DONE.value]
+    for pk, o in outcomes:
+        values = {
+            "valid": o["valid"],
+            "invalid_category": o["category"] or "",
+            "invalid_reason": o["reason"][:2000],
+            "raw_response": o["raw_response"],
+            "scores": o["scores"],
+            "ranking": o["ranking"],
+            "answers": o["answers"],
+            "attempts": o["attempts"],
+            "input_tokens": o["input_tokens"],
+            "output_tokens": o["output_tokens"],
+            "latency_ms": o["latency_ms"],
+            "prompt_sha256": o["prompt_sha256"],
+            "prompt_version": version,
+            "completed_at": now,
+        }
+        params.append(pk)
+        params += [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    params += [WindowStatus.IN_FLIGHT.value, token]
+    with connection.cursor() as cursor:
+        if not returning:  # one window: WHERE id = %s, no FROM, no RETURNING
+            cursor.execute(_complete_one_sql(), params[:1] + params[2:] + params[1:2])
+            return {outcomes[0][0]} if cursor.rowcount == 1 else set()
+        cursor.execute(_complete_sql(connection.vendor, len(outcomes)), params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+@functools.cache
+def _complete_one_sql() -> str:
+    """One window's UPDATE for SQLite before 3.35 (no UPDATE ... FROM/RETURNING);
+    parameters: status, the outcome's fields, in-flight, token, then the id."""
     meta = JudgmentWindow._meta
     qn = connection.ops.quote_name
     sets = ", ".join(
-        f"{qn(meta.get_field(f).column)} = %s" for f in ("status", "lease_until")
-    )
-    sets += ", " + ", ".join(
-        f"{qn(meta.get_field(f).column)} = %s" for f in _COMPLETE_FIELDS
+        [
+            f"{qn(meta.get_field('status').column)} = %s",
+            f"{qn(meta.get_field('lease_until').column)} = NULL",
+        ]
+        + [f"{qn(meta.get_field(f).column)} = %s" for f in _COMPLETE_FIELDS]
     )
     return (
-        f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(meta.pk.column)} = %s "
-        f"AND {qn(meta.get_field('status').column)} = %s "
-        f"AND {qn(meta.get_field('claim').column)} = %s"
+        f"UPDATE {qn(meta.db_table)} SET {sets} "
+        f"WHERE {qn(meta.get_field('status').column)} = %s "
+        f"AND {qn(meta.get_field('claim').column)} = %s "
+        f"AND {qn(meta.pk.column)} = %s"
     )
-
-
-def window_complete(
-    *,
-    window_id: int,
-    token: str,
-    valid: bool,
-    category: str,
-    reason: str,
-    raw_response: str,
-    scores: list[float] | None,
-    ranking: list[str] | None,
-    answers: list[list[int]] | None,
-    attempts: int,
-    input_tokens: int,
-    output_tokens: int,
-    latency_ms: int,
-    prompt_sha256: str,
-) -> bool:
-    """Store a window's outcome once (in-flight -> done), only while the window is
-    still claimed by ``token``. The raw answer is kept even when invalid; nothing is
-    imputed. False if the window was no longer ours (its lease ran out and another
-    runner re-claimed it, or the job was taken over): the caller drops the answer.
-
-    One statement built once, values prepared by the model's own fields: this runs
-    once per request, and compiling the ORM update cost a sixth of a lane's CPU.
-    """
-    meta = JudgmentWindow._meta
-    values = {
-        "valid": valid,
-        "invalid_category": category or "",
-        "invalid_reason": reason[:2000],
-        "raw_response": raw_response,
-        "scores": scores,
-        "ranking": ranking,
-        "answers": answers,
-        "attempts": attempts,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "latency_ms": latency_ms,
-        "prompt_sha256": prompt_sha256,
-        "prompt_version": str(prompts.PROMPT_VERSION),
-        "completed_at": timezone.now(),
-    }
-    params = [WindowStatus.DONE.value, None] + [
-        meta.get_field(f).get_db_prep_save(values[f], connection)
-        for f in _COMPLETE_FIELDS
-    ]
-    params += [window_id, WindowStatus.IN_FLIGHT.value, token]
-    with connection.cursor() as cursor:
-        cursor.execute(_complete_sql(connection.vendor), params)
-        return cursor.rowcount == 1
 
 
 # ----------------------------------------------------------------------------- import / export

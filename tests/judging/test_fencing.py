@@ -280,3 +280,77 @@ def test_slow_judge_near_its_timeout_with_retries_keeps_its_windows(tiny, settin
         assert max(Counter(stats["answered"]).values()) == 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("old_sqlite", [False, True])
+def test_answers_stored_together_are_each_fenced_by_their_own_claim(
+    tiny, monkeypatch, old_sqlite
+):
+    """``windows_complete`` stores several answers in one statement: each only where
+    the window is still claimed by the token; the ids stored are returned and the
+    rest are left to their holder, with every field stored as given. (On SQLite
+    before 3.35, one statement per window: same result.)"""
+    if old_sqlite:
+        monkeypatch.setattr(services.sqlite3, "sqlite_version_info", (3, 31, 0))
+    judge = services.judge_create(
+        name="j", base_urls=["http://127.0.0.1:9/v1"], model="m"
+    )
+    job = services.job_create(dataset=tiny, judge=judge, queue=False)
+    run = services.job_claim(job_id=job.pk)
+    windows = [
+        JudgmentWindow.objects.create(
+            family=job.family,
+            judge=judge,
+            job=job,
+            query=Query.objects.get(external_id="q1"),
+            stage="tournament",
+            phase="random",
+            seq=seq,
+            doc_ids=["d1", "d2"],
+        )
+        for seq in range(4)
+    ]
+    ids = [w.pk for w in windows]
+    claim = dict(job_id=job.pk, job_token=run, reask=set())
+    assert (
+        services.windows_claim(window_ids=ids[:3], token="A" * 32, lease_s=-1, **claim)
+        == ids[:3]
+    )
+    # Window 1's lease ran out and B took it; window 3 was never A's.
+    assert services.windows_claim(
+        window_ids=[ids[1], ids[3]], token="B" * 32, lease_s=30, **claim
+    ) == [ids[1], ids[3]]
+    invalid = _answer("a2") | dict(
+        valid=False, category="no_json", reason="x" * 3000, scores=None
+    )
+    stored = services.windows_complete(
+        token="A" * 32,
+        outcomes=[
+            (ids[0], _answer("a0")),
+            (ids[1], _answer("a1")),
+            (ids[2], invalid),
+            (ids[3], _answer("a3")),
+        ],
+    )
+    assert stored == {ids[0], ids[2]}
+    rows = {w.pk: w for w in JudgmentWindow.objects.filter(pk__in=ids)}
+    assert [rows[i].status for i in ids] == ["done", "in_flight", "done", "in_flight"]
+    first, refused = rows[ids[0]], rows[ids[2]]
+    assert (first.raw_response, first.scores, first.valid, first.lease_until) == (
+        "a0",
+        [1.0, 2.0],
+        True,
+        None,
+    )
+    assert (first.attempts, first.input_tokens, first.latency_ms) == (1, 10, 100)
+    assert first.prompt_sha256 == "a0" and first.completed_at is not None
+    assert (refused.valid, refused.invalid_category, refused.scores) == (
+        False,
+        "no_json",
+        None,
+    )
+    assert len(refused.invalid_reason) == 2000
+    assert services.windows_complete(
+        token="B" * 32, outcomes=[(ids[1], _answer("b1")), (ids[3], _answer("b3"))]
+    ) == {ids[1], ids[3]}
+    assert services.windows_complete(token="B" * 32, outcomes=[]) == set()
