@@ -6,7 +6,11 @@ stores hold the slots (see ``LIMITS.md`` for why the cap holds):
 
 - ``RedisLimiter`` - keys ``rcp:judge:{name}:slot:{i}`` taken with SET NX PX (a
   lease renewed by a background thread while held) and released by a
-  compare-and-delete script; a killed process frees its slots when the lease ends.
+  compare-and-delete script that also wakes a waiting process (BLPOP on
+  ``rcp:judge:{name}:freed``); a killed process frees its slots when the lease ends.
+
+Inside a process, a finished request hands its slot to a waiting thread of the same
+process without a store round trip, for up to ``handover_s`` after the slot was taken.
 - ``FileLimiter`` - one lock file per slot under a directory, taken with
   ``flock(LOCK_EX | LOCK_NB)``; the kernel drops the locks of a dead process.
 
