@@ -6,6 +6,8 @@ real Redis (skipped if none at 127.0.0.1:6379) and real processes.
 
 from __future__ import annotations
 
+import http.server
+import json
 import multiprocessing
 import os
 import signal
@@ -16,6 +18,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import openai
 import pytest
 
 from judging import parsing, prompts
@@ -217,6 +220,93 @@ def test_a_dead_replica_is_avoided(judge_server):
     assert all(c.base_url == url for c in calls)
     assert sum(c.retries for c in calls) <= 1  # parked after its first failure
     assert server.stats()["chat_requests"] == 6
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with ``server.reply`` (status, body) and keeps the bodies."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        length = int(self.headers.get("content-length", 0))
+        self.server.bodies.append(json.loads(self.rfile.read(length)))
+        status, body = self.server.reply
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def recording_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
+    server.bodies, server.reply = [], (200, b"{}")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_the_request_body_is_what_the_typed_client_would_send(recording_server):
+    """One serialized body per window: model, messages, token limit, temperature,
+    extra_body (merged as the client merges it) and the JSON schema last; the
+    answer's text, finish reason and usage are read from the JSON."""
+    server, url = recording_server
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "é ok"},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    }
+    server.reply = (200, json.dumps(answer).encode())
+    client = _client(
+        url,
+        temperature=0.5,
+        max_output_tokens=99,
+        extra_body={"top_k": 4, "response_format": {"type": "text"}},
+    )
+    messages, fmt = _window()
+    call = client.complete(messages, response_format=fmt)
+    assert (call.text, call.finish_reason) == ("é ok", "length")
+    assert (call.input_tokens, call.output_tokens, call.retries) == (7, 3, 0)
+    typed = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    typed.chat.completions.create(
+        model="m",
+        messages=messages,
+        max_completion_tokens=99,
+        temperature=0.5,
+        extra_body={"top_k": 4, "response_format": fmt},
+    )
+    ours, theirs = server.bodies
+    assert ours == theirs and ours["response_format"] == fmt
+
+
+def test_a_200_that_is_not_a_chat_completion_is_retried_then_transient(
+    recording_server,
+):
+    """A proxy's page with status 200 is an unreadable answer: retried, then
+    TransientJudgeError naming it (the window's attempt is refused)."""
+    server, url = recording_server
+    server.reply = (200, b"<html>gateway</html>")
+    client = _client(url)
+    client.max_retries = 1
+    messages, fmt = _window()
+    with pytest.raises(TransientJudgeError, match="unreadable response"):
+        client.complete(messages, response_format=fmt)
+    assert len(server.bodies) == 2
+    server.reply = (200, b'["not", "an", "object"]')
+    with pytest.raises(TransientJudgeError, match="unreadable response"):
+        client.complete(messages, response_format=fmt)
 
 
 # ---------------------------------------------------------------------------
