@@ -8,6 +8,7 @@ what a blind annotator may see.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import defaultdict
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth.models import Permission
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.db.models import (
     Count,
-    Q,
     QuerySet,
 )
 from django.utils import timezone
@@ -34,6 +36,7 @@ from benchmarks.models import (
     RankingEntry,
     System,
 )
+from benchmarks.rawsql import Columns
 from calibration.models import CalibrationFit, FitStatus
 from calibration.selectors import dataset_query_scores
 from rcp.ndcg import PROTOCOLS
@@ -73,17 +76,44 @@ def is_annotator(user: Any) -> bool:
     if cached is None:
         app_label, codename = ANNOTATE_PERMISSION.split(".")
         review_app, review_codename = REVIEW_PERMISSION.split(".")
-        held = set(
-            Permission.objects.filter(
-                Q(content_type__app_label=app_label, codename=codename)
-                | Q(content_type__app_label=review_app, codename=review_codename)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _held_permissions_sql(),
+                {
+                    "user": user.pk,
+                    "app": app_label,
+                    "codename": codename,
+                    "review_app": review_app,
+                    "review_codename": review_codename,
+                },
             )
-            .filter(Q(user=user) | Q(group__user=user))
-            .values_list("codename", flat=True)
-        )
+            held = {name for (name,) in cursor.fetchall()}
         cached = codename in held and review_codename not in held
         user._annotation_is_annotator = cached
     return cached
+
+
+@functools.cache
+def _held_permissions_sql() -> str:
+    """Which of the two role permissions the user holds, directly or by a group: the
+    same rule as ``user.has_perm`` for active non-superusers, as a fixed statement
+    (it runs on every annotator request; built with the ORM it cost more to compile
+    than to run)."""
+    user_model = get_user_model()
+    user_perms = user_model.user_permissions.through._meta.db_table
+    user_groups = user_model.groups.through._meta.db_table
+    group_perms = Group.permissions.through._meta.db_table
+    return (
+        f"SELECT p.codename FROM {Permission._meta.db_table} p "
+        f"JOIN {ContentType._meta.db_table} ct ON ct.id = p.content_type_id "
+        "WHERE ((ct.app_label = %(app)s AND p.codename = %(codename)s) "
+        "OR (ct.app_label = %(review_app)s AND p.codename = %(review_codename)s)) "
+        f"AND (EXISTS (SELECT 1 FROM {user_perms} up WHERE up.permission_id = p.id "
+        "AND up.user_id = %(user)s) "
+        f"OR EXISTS (SELECT 1 FROM {group_perms} gp JOIN {user_groups} ug "
+        "ON ug.group_id = gp.group_id WHERE gp.permission_id = p.id "
+        "AND ug.user_id = %(user)s))"
+    )
 
 
 # ---------------------------------------------------------------------------- sampling
@@ -376,18 +406,145 @@ def study_get_for_annotator(*, user: Any, study_id: int) -> Study:
 
 
 def assignment_get_for_annotator(*, user: Any, assignment_id: int) -> Assignment:
-    """The annotator's own assignment; anything else (others', unknown) is a 404."""
-    assignment = (
-        Assignment.objects.filter(
-            pk=assignment_id,
-            annotator=user,
-            contest__study__in=annotator_study_list(user=user),
-        )
-        .select_related("contest__study", "contest__query", "rubric")
-        .first()
-    )
-    if assignment is None or not is_annotator(user):
+    """The annotator's own assignment; anything else (others', unknown) is a 404.
+
+    Comes with its contest, the contest's study and query, and its rubric, read in
+    one fixed statement (the submit and draft hot path; see ``_hot``)."""
+    if not is_annotator(user):
         raise NotFoundError("assignment not found")
+    hot = _hot()
+    sql = (
+        f"SELECT {hot.assignment.sql}, {hot.contest.sql}, {hot.study.sql}, "
+        f"{hot.query.sql}, {hot.rubric.sql} FROM {_A} a "
+        f"JOIN {_C} c ON c.id = a.contest_id JOIN {_S} s ON s.id = c.study_id "
+        f"JOIN {_Q} q ON q.id = c.query_id JOIN {_R} r ON r.id = a.rubric_id "
+        "WHERE a.id = %(assignment)s AND a.annotator_id = %(annotator)s "
+        "AND s.status IN (%(open)s, %(closed)s) "
+        f"AND EXISTS (SELECT 1 FROM {_M} m WHERE m.study_id = s.id "
+        "AND m.annotator_id = %(annotator)s AND m.active = %(true)s)"
+    )
+    params = {
+        "assignment": assignment_id,
+        "annotator": user.pk,
+        "open": StudyStatus.OPEN.value,
+        "closed": StudyStatus.CLOSED.value,
+        "true": True,
+    }
+    row = _one(sql, params)
+    if row is None:
+        raise NotFoundError("assignment not found")
+    assignment, contest, study, query, rubric = hot.build(
+        row, ("assignment", "contest", "study", "query", "rubric")
+    )
+    contest.study, contest.query = study, query
+    assignment.contest, assignment.rubric, assignment.annotator = contest, rubric, user
+    return assignment
+
+
+def _one(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The first row of a fixed statement, or None."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
+@dataclass(frozen=True)
+class _HotColumns:
+    """The column lists of the annotator API's fixed statements (built once)."""
+
+    assignment: Columns
+    contest: Columns
+    study: Columns
+    query: Columns
+    rubric: Columns
+
+    def build(self, row: Sequence[Any], names: Sequence[str]) -> list[Any]:
+        """Instances of the named column groups, in the order they appear in row."""
+        out, start = [], 0
+        for name in names:
+            columns = getattr(self, name)
+            out.append(columns.build(row, start, using=connection.alias))
+            start += len(columns)
+        return out
+
+
+@functools.cache
+def _hot() -> _HotColumns:
+    return _HotColumns(
+        assignment=Columns(Assignment, "a"),
+        contest=Columns(Contest, "c"),
+        study=Columns(Study, "s"),
+        query=Columns(Query, "q"),
+        rubric=Columns(Rubric, "r"),
+    )
+
+
+def member_lock_for_next(
+    *, study_id: int, annotator: Any
+) -> tuple[Study, Rubric | None] | None:
+    """Lock the annotator's active membership of an open or closed study and return
+    (study, its current rubric or None); None if there is no such membership.
+
+    One fixed statement (``assignment_next_for``'s first): FOR UPDATE OF the member
+    row on PostgreSQL, which serialises one annotator's own requests.
+    """
+    hot = _hot()
+    lock = " FOR UPDATE OF m" if connection.features.has_select_for_update_of else ""
+    sql = (
+        f"SELECT {hot.study.sql}, {hot.rubric.sql} FROM {_M} m "
+        f"JOIN {_S} s ON s.id = m.study_id LEFT JOIN {_R} r ON r.id = "
+        f"(SELECT r2.id FROM {_R} r2 WHERE r2.study_id = s.id "
+        "ORDER BY r2.version DESC LIMIT 1) "
+        "WHERE m.study_id = %(study)s AND m.annotator_id = %(annotator)s "
+        "AND m.active = %(true)s AND s.status IN (%(open)s, %(closed)s)"
+        f"{lock}"
+    )
+    params = {
+        "study": study_id,
+        "annotator": annotator.pk,
+        "true": True,
+        "open": StudyStatus.OPEN.value,
+        "closed": StudyStatus.CLOSED.value,
+    }
+    row = _one(sql, params)
+    if row is None:
+        return None
+    study = hot.study.build(row, 0, using=connection.alias)
+    if row[len(hot.study)] is None:
+        return study, None
+    rubric = hot.rubric.build(row, len(hot.study), using=connection.alias)
+    rubric.study = study
+    return study, rubric
+
+
+def lease_in_progress(*, study: Study, annotator: Any) -> Assignment | None:
+    """The annotator's newest leased assignment of the study (lapsed or not), with
+    its contest (study set to ``study``), query and rubric; one fixed statement."""
+    hot = _hot()
+    sql = (
+        f"SELECT {hot.assignment.sql}, {hot.contest.sql}, {hot.query.sql}, "
+        f"{hot.rubric.sql} FROM {_A} a JOIN {_C} c ON c.id = a.contest_id "
+        f"JOIN {_Q} q ON q.id = c.query_id JOIN {_R} r ON r.id = a.rubric_id "
+        "WHERE c.study_id = %(study)s AND a.annotator_id = %(annotator)s "
+        "AND a.status = %(leased)s ORDER BY a.leased_at DESC LIMIT 1"
+    )
+    params = {
+        "study": study.pk,
+        "annotator": annotator.pk,
+        "leased": AssignmentStatus.LEASED.value,
+    }
+    row = _one(sql, params)
+    if row is None:
+        return None
+    assignment, contest, query, rubric = hot.build(
+        row, ("assignment", "contest", "query", "rubric")
+    )
+    contest.study, contest.query = study, query
+    assignment.contest, assignment.rubric, assignment.annotator = (
+        contest,
+        rubric,
+        annotator,
+    )
     return assignment
 
 
@@ -400,26 +557,34 @@ def assignment_get_for_annotator(*, user: Any, assignment_id: int) -> Assignment
 _A = Assignment._meta.db_table
 _C = Contest._meta.db_table
 _Q = Query._meta.db_table
-_LIVE_SQL = (  # the same rule as _live: valid submitted ones and unexpired leases
-    f"(SELECT COUNT(*) FROM {_A} l WHERE l.contest_id = c.id AND ((l.status = "
-    "%(submitted)s AND l.valid = %(valid)s) OR (l.status = %(leased)s "
-    "AND l.expires_at > %(now)s)))"
+_S = Study._meta.db_table
+_R = Rubric._meta.db_table
+_M = StudyMember._meta.db_table
+# One pass over the study's assignments, grouped by contest: live assignments (the
+# same rule as _live: valid submitted ones and unexpired leases), whether the
+# annotator ever had the contest, and whether they submitted it. Read once per
+# statement (a CTE) for the pick, the "left" count and the "done" count: about a
+# quarter of the cost of correlated subqueries per contest.
+_STATE_SQL = (
+    "SELECT l.contest_id AS id, SUM(CASE WHEN (l.status = %(submitted)s AND "
+    "l.valid = %(valid)s) OR (l.status = %(leased)s AND l.expires_at > %(now)s) "
+    "THEN 1 ELSE 0 END) AS n_live, "
+    "MAX(CASE WHEN l.annotator_id = %(annotator)s THEN 1 ELSE 0 END) AS had, "
+    "MAX(CASE WHEN l.annotator_id = %(annotator)s AND l.status = %(submitted)s "
+    "THEN 1 ELSE 0 END) AS done "
+    f"FROM {_A} l JOIN {_C} s ON s.id = l.contest_id "
+    "WHERE s.study_id = %(study)s GROUP BY l.contest_id"
 )
-_NEVER_HAD_SQL = (
-    f"NOT EXISTS (SELECT 1 FROM {_A} h WHERE h.contest_id = c.id "
-    "AND h.annotator_id = %(annotator)s)"
-)
-_OPEN_TO_SQL = (
-    f"c.study_id = %(study)s AND {_NEVER_HAD_SQL} AND {_LIVE_SQL} < %(per_contest)s"
-)
-_DONE_SQL = (
-    f"(SELECT COUNT(*) FROM {_A} a JOIN {_C} s ON s.id = a.contest_id "
-    "WHERE s.study_id = %(study)s AND a.annotator_id = %(annotator)s "
-    "AND a.status = %(submitted)s)"
+# Contests open to the annotator: fewer than N live assignments, never theirs.
+_OPEN_CTES = (
+    f"WITH st AS ({_STATE_SQL}), open_to AS (SELECT c.id, "
+    f"COALESCE(st.n_live, 0) AS n_live FROM {_C} c LEFT JOIN st ON st.id = c.id "
+    "WHERE c.study_id = %(study)s AND COALESCE(st.had, 0) = 0 "
+    "AND COALESCE(st.n_live, 0) < %(per_contest)s) "
 )
 _PROGRESS_SQL = (
-    f"{_DONE_SQL} AS contests_done, "
-    f"(SELECT COUNT(*) FROM {_C} c WHERE {_OPEN_TO_SQL}) AS contests_left"
+    "(SELECT COALESCE(SUM(done), 0) FROM st) AS contests_done, "
+    "(SELECT COUNT(*) FROM open_to) AS contests_left"
 )
 
 
@@ -465,21 +630,14 @@ def contest_lock_open_to(
             lock += " OF c"
         if not wait and connection.features.has_select_for_update_skip_locked:
             lock += " SKIP LOCKED"
-    # The open contests are read once (a CTE): both the pick and the progress's
-    # "left" count come from them.
     sql = (
-        f"WITH open_to AS (SELECT c.id, {_LIVE_SQL} AS n_live FROM {_C} c "
-        f"WHERE {_OPEN_TO_SQL}) "
-        "SELECT c.id, c.position, c.query_id, q.text, o.n_live, "
-        f"{_DONE_SQL} AS contests_done, "
-        "(SELECT COUNT(*) FROM open_to) AS contests_left "
-        f"FROM open_to o JOIN {_C} c ON c.id = o.id JOIN {_Q} q ON q.id = c.query_id"
+        f"{_OPEN_CTES}SELECT c.id, c.position, c.query_id, q.text, o.n_live, "
+        f"{_PROGRESS_SQL} FROM open_to o JOIN {_C} c ON c.id = o.id "
+        f"JOIN {_Q} q ON q.id = c.query_id"
         f"{skip.replace(' AND', ' WHERE', 1)} ORDER BY o.n_live DESC, c.position ASC "
         f"LIMIT 1{lock}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    row = _one(sql, params)
     if row is None:
         return None
     pk, position, query_id, text, _n_live, done, left = row
@@ -504,7 +662,7 @@ def annotator_progress(
         study=study, annotator=annotator, now=now or timezone.now()
     )
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {_PROGRESS_SQL}", params)
+        cursor.execute(f"{_OPEN_CTES}SELECT {_PROGRESS_SQL}", params)
         done, left = cursor.fetchone()
     return {"contests_done": done, "contests_left": left}
 

@@ -354,7 +354,14 @@ PANELS_HEARTBEAT_STALE_S = env.int("PANELS_HEARTBEAT_STALE_S", default=60)
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # The level on the handler too: records of loggers with a level of their own
+    # (Django's "django" logger is INFO) propagate past the root's level.
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "level": env.str("LOG_LEVEL", default="INFO"),
+        }
+    },
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     # One line per judge request would drown everything else (and cost CPU).
     "loggers": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import re
@@ -10,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
-from django.db.models import JSONField, OuterRef, Subquery
+from django.db import connection, transaction
 from django.utils import timezone
 
 from benchmarks.models import Document
+from benchmarks.rawsql import scalar_converter
 from rcp_platform.exceptions import ApplicationError, ConflictError, NotFoundError
 
 from .. import sampling, selectors
@@ -28,7 +29,6 @@ from ..models import (
     Grade,
     Rubric,
     Study,
-    StudyMember,
     StudyStatus,
 )
 
@@ -44,6 +44,46 @@ def _opaque_keys(n: int) -> list[str]:
     return list(keys)
 
 
+_A = Assignment._meta.db_table
+_CD = ContestDocument._meta.db_table
+_D = Document._meta.db_table
+
+
+def _renew(pk: int, expires_at: Any) -> bool:
+    """Extend a lease that is still leased (compare-and-set); True if it was."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_A} SET expires_at = %s WHERE id = %s AND status = %s",
+            [
+                connection.ops.adapt_datetimefield_value(expires_at),
+                pk,
+                AssignmentStatus.LEASED.value,
+            ],
+        )
+        return cursor.rowcount > 0
+
+
+def _flip_submitted(pk: int, draft: dict[str, Any], now: Any) -> bool:
+    """Compare-and-set leased -> submitted, storing the grading as the draft; True
+    if this call flipped it."""
+    draft_field = Assignment._meta.get_field("draft")
+    stamp = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {_A} SET status = %s, submitted_at = %s, draft = %s, "
+            "draft_saved_at = %s WHERE id = %s AND status = %s",
+            [
+                AssignmentStatus.SUBMITTED.value,
+                stamp,
+                draft_field.get_db_prep_save(draft, connection),
+                stamp,
+                pk,
+                AssignmentStatus.LEASED.value,
+            ],
+        )
+        return cursor.rowcount > 0
+
+
 def _reclaim_and_free_slots(contest: Contest, now: Any) -> list[int]:
     """Free slots of a contest whose row the caller has locked.
 
@@ -52,15 +92,17 @@ def _reclaim_and_free_slots(contest: Contest, now: Any) -> list[int]:
     UPDATE re-checks ``expires_at`` row by row, so a lease renewed a moment ago keeps
     its slot.
     """
-    holders = list(
-        Assignment.objects.filter(contest=contest, slot__isnull=False).values_list(
-            "pk", "slot", "status", "expires_at"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, slot, status, expires_at FROM {_A} "
+            "WHERE contest_id = %s AND slot IS NOT NULL",
+            [contest.pk],
         )
-    )
+        holders = cursor.fetchall()
     lapsed = [
         pk
         for pk, _slot, status, expires_at in holders
-        if status == AssignmentStatus.LEASED and expires_at <= now
+        if status == AssignmentStatus.LEASED and _expires_at(expires_at) <= now
     ]
     if not lapsed:
         held = {slot for _pk, slot, _status, _expires_at in holders}
@@ -76,17 +118,30 @@ def _reclaim_and_free_slots(contest: Contest, now: Any) -> list[int]:
     return [s for s in range(1, contest.study.per_contest + 1) if s not in held]
 
 
+def _expires_at(value: Any) -> Any:
+    """A raw ``expires_at`` as a datetime (SQLite returns text)."""
+    return _convert_expires_at()(value)
+
+
+@functools.cache
+def _convert_expires_at() -> Any:
+    return scalar_converter(Assignment._meta.get_field("expires_at"))
+
+
 def _lease(
     contest: Contest, annotator: Any, slot: int, now: Any, rubric: Rubric
 ) -> tuple[Assignment, dict[int, tuple[str, str]]]:
     """Insert the lease; returns it with its documents' (title, text) by id, read in
     the same query as the contest's document list (the payload needs them next)."""
     study = contest.study
-    rows = list(
-        ContestDocument.objects.filter(contest=contest)
-        .order_by("id")
-        .values_list("document_id", "document__title", "document__text")
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT cd.document_id, d.title, d.text FROM {_CD} cd "
+            f"JOIN {_D} d ON d.id = cd.document_id WHERE cd.contest_id = %s "
+            "ORDER BY cd.id",
+            [contest.pk],
+        )
+        rows = cursor.fetchall()
     seed = secrets.randbits(62)
     order = sampling.shuffled([d for d, _title, _text in rows], seed)
     entries: list[dict[str, Any]] = [{"document": d} for d in order]
@@ -184,65 +239,26 @@ def assignment_next_for(*, study_id: int, annotator: Any) -> NextLease | None:
     (see ASSIGNMENT.md, "Queries").
     """
     now = timezone.now()
-    current_rubric = Rubric.objects.filter(study_id=OuterRef("study_id")).order_by(
-        "-version"
-    )
-    member = (
-        StudyMember.objects.select_for_update(of=("self",))
-        .select_related("study")
-        .filter(
-            study_id=study_id,
-            annotator=annotator,
-            active=True,
-            study__status__in=[StudyStatus.OPEN, StudyStatus.CLOSED],
-        )
-        .annotate(
-            # The current rubric rides along (its rows never change).
-            rubric_id=Subquery(current_rubric.values("pk")[:1]),
-            rubric_version=Subquery(current_rubric.values("version")[:1]),
-            rubric_questions=Subquery(
-                current_rubric.values("questions")[:1], output_field=JSONField()
-            ),
-        )
-        .first()
-    )
-    if member is None:
+    locked = selectors.member_lock_for_next(study_id=study_id, annotator=annotator)
+    if locked is None:
         raise NotFoundError("study not found")
-    study = member.study
+    study, rubric = locked
     _ensure_open(study)
     # Read after the lock, in a statement of its own: a request that waited for the
     # lock must see the lease its predecessor just committed (values computed inside
     # the locking statement would come from before the wait).
-    own = (
-        Assignment.objects.filter(
-            contest__study=study, annotator=annotator, status=AssignmentStatus.LEASED
-        )
-        .select_related("contest__query", "rubric")
-        .order_by("-leased_at")
-        .first()
-    )
+    own = selectors.lease_in_progress(study=study, annotator=annotator)
     if own is not None:
         # A leased row still holds its slot (lapsed or not): renew it in place.
         expires_at = now + study.lease_duration
-        renewed = Assignment.objects.filter(
-            pk=own.pk, status=AssignmentStatus.LEASED
-        ).update(expires_at=expires_at)
-        if renewed:
+        if _renew(own.pk, expires_at):
             own.expires_at = expires_at
-            own.contest.study = study
-            own.annotator = annotator
             progress = selectors.annotator_progress(
                 study=study, annotator=annotator, now=now
             )
             return NextLease(own, progress, None)
-    if member.rubric_id is None:
+    if rubric is None:
         raise NotFoundError(f"study {study.pk} has no rubric")
-    rubric = Rubric(
-        pk=member.rubric_id,
-        study=study,
-        version=member.rubric_version,
-        questions=member.rubric_questions,
-    )
     tried: list[int] = []
     while True:
         open_to = {"study": study, "annotator": annotator, "now": now, "exclude": tried}
@@ -490,15 +506,7 @@ def assignment_submit(
     clean = _validated_grades(assignment, grades, complete=True)
     now = timezone.now()
     for _attempt in range(_MAX_ATTEMPTS):
-        flipped = Assignment.objects.filter(
-            pk=assignment.pk, status=AssignmentStatus.LEASED
-        ).update(
-            status=AssignmentStatus.SUBMITTED,
-            submitted_at=now,
-            draft={"grades": clean},
-            draft_saved_at=now,
-        )
-        if flipped:
+        if _flip_submitted(assignment.pk, {"grades": clean}, now):
             break
         if _leased_again(assignment, now):
             return assignment, True
