@@ -257,6 +257,7 @@ def main() -> None:
                     C=concurrency,
                     ceiling=ceiling,
                     status=job.status,
+                    error=job.error[:1000],
                     requests=requests,
                     windows=stored,
                     once=stored == keys == requests and asked_once,
