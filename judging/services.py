@@ -774,9 +774,30 @@ def windows_renew(*, window_ids: list[int], token: str, lease_s: float) -> int:
     while their calls are in progress); returns how many are still ours."""
     if not window_ids:
         return 0
-    return JudgmentWindow.objects.filter(
-        pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
-    ).update(lease_until=timezone.now() + timedelta(seconds=lease_s))
+    until = timezone.now() + timedelta(seconds=lease_s)
+    if connection.vendor != "postgresql":
+        return JudgmentWindow.objects.filter(
+            pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
+        ).update(lease_until=until)
+    # Rows locked in id order, as ``windows_complete`` locks them (no deadlock).
+    meta = JudgmentWindow._meta
+    qn = connection.ops.quote_name
+    table, pk = qn(meta.db_table), qn(meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {table} "
+            f"WHERE {pk} = ANY(%s) AND {qn(meta.get_field('status').column)} = %s "
+            f"AND {qn(meta.get_field('claim').column)} = %s ORDER BY {pk} FOR UPDATE) "
+            f"UPDATE {table} SET {qn(meta.get_field('lease_until').column)} = %s "
+            f"WHERE {pk} IN (SELECT {pk} FROM locked)",
+            [
+                list(window_ids),
+                WindowStatus.IN_FLIGHT.value,
+                token,
+                meta.get_field("lease_until").get_db_prep_save(until, connection),
+            ],
+        )
+        return cursor.rowcount
 
 
 def window_release(*, window_id: int, token: str) -> None:
@@ -811,11 +832,19 @@ COMPLETE_CHUNK = 500
 
 @functools.cache
 def _complete_sql(vendor: str, rows: int) -> str:
-    """UPDATE ... FROM (VALUES one row per window) ... RETURNING the ids stored."""
+    """UPDATE ... FROM (VALUES one row per window) ... RETURNING the ids stored.
+
+    Parameters in the order of the text (``_windows_complete_chunk``). On PostgreSQL the
+    rows are first locked in id order (``ORDER BY id FOR UPDATE``), as the heartbeat's
+    ``windows_renew`` locks them: two statements that lock several rows each in
+    their own scan order can deadlock (seen once in a dozen benchmark jobs)."""
     meta = JudgmentWindow._meta
     qn = connection.ops.quote_name
     table = qn(meta.db_table)
     fields = [meta.get_field(f) for f in _COMPLETE_FIELDS]
+    status = f"{table}.{qn(meta.get_field('status').column)}"
+    claim = f"{table}.{qn(meta.get_field('claim').column)}"
+    pk = f"{table}.{qn(meta.pk.column)}"
     sets = ", ".join(
         [
             f"{qn(meta.get_field('status').column)} = %s",
@@ -823,20 +852,23 @@ def _complete_sql(vendor: str, rows: int) -> str:
         ]
         + [f"{qn(f.column)} = v.column{i + 2}" for i, f in enumerate(fields)]
     )
-    # PostgreSQL types a VALUES list from its first row: every cell is cast.
     if vendor == "postgresql":
+        # PostgreSQL types a VALUES list from its first row: every cell is cast.
         types = [meta.pk.db_type(connection)] + [f.db_type(connection) for f in fields]
         cells = ", ".join(f"CAST(%s AS {t})" for t in types)
-    else:
-        cells = ", ".join(["%s"] * (1 + len(fields)))
+        values = ", ".join([f"({cells})"] * rows)
+        return (
+            f"WITH v AS (VALUES {values}), locked AS MATERIALIZED ("
+            f"SELECT {pk} AS id FROM {table} JOIN v ON {pk} = v.column1 "
+            f"WHERE {status} = %s AND {claim} = %s ORDER BY {pk} FOR UPDATE OF {table}) "
+            f"UPDATE {table} SET {sets} FROM v WHERE {pk} = v.column1 "
+            f"AND {pk} IN (SELECT id FROM locked) RETURNING {pk}"
+        )
+    cells = ", ".join(["%s"] * (1 + len(fields)))
     values = ", ".join([f"({cells})"] * rows)
-    pk = f"{table}.{qn(meta.pk.column)}"
-    return (
-        f"UPDATE {table} SET {sets} FROM (VALUES {values}) AS v "
-        f"WHERE {pk} = v.column1 "
-        f"AND {table}.{qn(meta.get_field('status').column)} = %s "
-        f"AND {table}.{qn(meta.get_field('claim').column)} = %s "
-        f"RETURNING {pk}"
+    return (  # SQLite writes one transaction at a time: no row locks to order
+        f"WITH v AS (VALUES {values}) UPDATE {table} SET {sets} FROM v "
+        f"WHERE {pk} = v.column1 AND {status} = %s AND {claim} = %s RETURNING {pk}"
     )
 
 
@@ -883,7 +915,7 @@ def _windows_complete_chunk(
     fields = [meta.get_field(f) for f in _COMPLETE_FIELDS]
     now = timezone.now()
     version = str(prompts.PROMPT_VERSION)
-    params: list[Any] = [WindowStatus.DONE.value]
+    cells: list[Any] = []
     for pk, o in outcomes:
         values = {
             "valid": o["valid"],
@@ -901,13 +933,18 @@ def _windows_complete_chunk(
             "prompt_version": version,
             "completed_at": now,
         }
-        params.append(pk)
-        params += [f.get_db_prep_save(values[f.name], connection) for f in fields]
-    params += [WindowStatus.IN_FLIGHT.value, token]
+        cells.append(pk)
+        cells += [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    done, in_flight = WindowStatus.DONE.value, WindowStatus.IN_FLIGHT.value
     with connection.cursor() as cursor:
         if not returning:  # one window: WHERE id = %s, no FROM, no RETURNING
-            cursor.execute(_complete_one_sql(), params[:1] + params[2:] + params[1:2])
+            params = [done, *cells[1:], in_flight, token, cells[0]]
+            cursor.execute(_complete_one_sql(), params)
             return {outcomes[0][0]} if cursor.rowcount == 1 else set()
+        if connection.vendor == "postgresql":
+            params = [*cells, in_flight, token, done]
+        else:
+            params = [*cells, done, in_flight, token]
         cursor.execute(_complete_sql(connection.vendor, len(outcomes)), params)
         return {row[0] for row in cursor.fetchall()}
 
