@@ -27,9 +27,8 @@ def _fields(instance) -> dict:
 
 def _token_client(user) -> APIClient:
     client = APIClient()
-    client.credentials(
-        HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}"
-    )
+    token, _new = Token.objects.get_or_create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
     return client
 
 
@@ -147,3 +146,68 @@ def test_annotator_role_from_sql_agrees_with_has_perm(db, annotate, review, expe
     )
     assert by_django is expected
     assert selectors.is_annotator(type(user).objects.get(pk=user.pk)) is expected
+
+
+def _open_to(study, user) -> int:
+    """Contests still open to ``user`` by the ASSIGNMENT.md rule, with the ORM."""
+    from django.db.models import Count, Q
+
+    from annotation.models import AssignmentStatus
+
+    now = timezone.now()
+    live = Q(
+        assignments__status=AssignmentStatus.SUBMITTED, assignments__valid=True
+    ) | Q(assignments__status=AssignmentStatus.LEASED, assignments__expires_at__gt=now)
+    return (
+        study.contests.exclude(assignments__annotator=user)
+        .annotate(n_live=Count("assignments", filter=live))
+        .filter(n_live__lt=study.per_contest)
+        .count()
+    )
+
+
+def test_progress_from_the_grouped_pick_equals_the_orm_at_every_step(study, members):
+    """The candidate pick's grouped statement (contests left, done) against the ORM's
+    count of contests open to the annotator, after every lease and submit, and again
+    after an exclusion re-opens contests."""
+    import numpy as np
+
+    from annotation.services import annotator_exclude, study_member_add
+    from tests.annotation.factories import full_grades
+    from tests.factories import AnnotatorFactory
+
+    def grade_all(users, seed):
+        rng = np.random.default_rng(seed)
+        clients = {u.pk: _token_client(u) for u in users}
+        active = True
+        while active:
+            active = False
+            for user in users:
+                client = clients[user.pk]
+                left = _open_to(study, user)
+                got = client.post(f"/api/v1/studies/{study.pk}/assignments/next")
+                if got.status_code == 204:
+                    assert left == 0
+                    continue
+                active = True
+                body = got.json()
+                # counted as left before this lease was taken
+                assert body["progress"]["contests_left"] == left - 1
+                assert body["progress"]["contests_done"] == (
+                    Assignment.objects.filter(
+                        contest__study=study, annotator=user, status="submitted"
+                    ).count()
+                )
+                sent = client.post(
+                    f"/api/v1/assignments/{body['assignment']}/submit",
+                    {"grades": full_grades(body, rng)},
+                    format="json",
+                )
+                assert sent.status_code == 200, sent.content
+
+    grade_all(members, seed=1)
+    annotator_exclude(study=study, annotator=members[0], reason="test")
+    newcomers = AnnotatorFactory.create_batch(2)
+    for user in newcomers:
+        study_member_add(study=study, annotator=user)
+    grade_all([*members[1:], *newcomers], seed=2)
