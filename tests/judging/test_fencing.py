@@ -442,3 +442,25 @@ def test_multi_row_window_writes_lock_rows_in_id_order(tiny, statement):
     writer.join(10)
     assert checks == [True]
     assert outcome in ({"stored": {low, high}}, {"renewed": 2})
+
+
+def test_stage_a_units_are_planned_and_claimed_first_in_every_lanes_share(tiny):
+    """Stage A's ten dependent rounds start before Stage B's two, so the slots stay
+    busy to the job's end; every lane's share (every LANES-th id) holds both."""
+    from judging.models import JudgingUnit
+
+    judge = services.judge_create(
+        name="j", base_urls=["http://127.0.0.1:9/v1"], model="m"
+    )
+    job = services.job_create(dataset=tiny, judge=judge, queue=False)
+    run = services.job_claim(job_id=job.pk)
+    units = services.job_units_plan(job=JudgingJob.objects.get(pk=job.pk))
+    stage = dict(JudgingUnit.objects.values_list("pk", "stage"))
+    assert [stage[u] for u in units] == ["tournament"] * 3 + ["rubric"] * 3
+    for share in (units[0::2], units[1::2]):
+        assert {stage[u] for u in share} == {"tournament", "rubric"}
+    claimed = [
+        services.unit_claim(job_id=job.pk, job_token=run, token="A" * 32, lease_s=30)
+        for _ in range(6)
+    ]
+    assert [u.stage for u in claimed] == ["tournament"] * 3 + ["rubric"] * 3
