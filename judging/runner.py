@@ -13,7 +13,12 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import (
+    FIRST_COMPLETED,
+    FIRST_EXCEPTION,
+    ThreadPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass
 
 from django.db import connection
@@ -90,6 +95,24 @@ def _answers(
                 tuple(doc_ids), tuple(tuple(a) for a in answers) if valid else None
             )
     return out
+
+
+def _answer(stage: str, doc_ids: list[str], outcome: dict) -> object:
+    """The planner's answer for a window this lane just stored (as ``_answers`` would
+    read it back)."""
+    if stage == Stage.TOURNAMENT:
+        scores = outcome["scores"]
+        return TournamentAnswer(
+            tuple(doc_ids),
+            tuple(scores) if outcome["valid"] and scores is not None else None,
+        )
+    answers = outcome["answers"]
+    return RubricAnswer(
+        tuple(doc_ids),
+        tuple(tuple(a) for a in answers)
+        if outcome["valid"] and answers is not None
+        else None,
+    )
 
 
 class JobRunner:
@@ -329,16 +352,7 @@ class JobRunner:
         work = _Query(query.pk, query.external_id, query.text, doc_ids, texts)
         self._run_stage(work, unit.stage, calls)
 
-    def _plan(self, query: _Query, stage: str, judged: dict, cache: dict) -> list:
-        def cached(fit):
-            def run(ids, answers):
-                key = tuple(answers)
-                if key not in cache:
-                    cache[key] = fit(ids, answers)
-                return cache[key]
-
-            return run
-
+    def _plan(self, query: _Query, stage: str, judged: dict, memo: dict) -> list:
         if stage == Stage.TOURNAMENT:
             return next_tournament_windows(
                 query.doc_ids,
@@ -346,7 +360,8 @@ class JobRunner:
                 schedule=self.tournament,
                 dataset=self.job.dataset.name,
                 query_id=query.external_id,
-                fit=cached(bt_abilities),
+                fit=bt_abilities,
+                memo=memo,
             )
         return next_rubric_windows(
             query.doc_ids,
@@ -354,17 +369,25 @@ class JobRunner:
             schedule=self.rubric,
             dataset=self.job.dataset.name,
             query_id=query.external_id,
-            fit=cached(rasch_scores),
+            fit=rasch_scores,
+            memo=memo,
         )
 
     def _run_stage(self, query: _Query, stage: str, calls: ThreadPoolExecutor) -> None:
-        cache: dict = {}
+        # The planner's memo keeps the phases replayed so far: each round fits only
+        # the batch it plans. ``judged`` is read from the database at the start and
+        # whenever another runner may have written this unit's windows (a window we
+        # could not claim or whose answer was refused to us); otherwise each round
+        # adds the answers this lane stored itself.
+        memo: dict = {}
+        judged: dict | None = None
         db_query = Query(pk=query.pk, external_id=query.external_id)
         while True:
             if self.stop.is_set():
                 raise StopRun(self.stop_reason)
-            judged = _answers(db_query, self.job.family, stage, self.held)
-            planned = self._plan(query, stage, judged, cache)
+            if judged is None:
+                judged = _answers(db_query, self.job.family, stage, self.held)
+            planned = self._plan(query, stage, judged, memo)
             if not planned:
                 return
             rows = services.windows_plan(
@@ -390,29 +413,44 @@ class JobRunner:
             self.held.update(got)
             with self.active_lock:
                 self.active.update(got)
-            # Call threads only talk to the judge; this query's thread stores each
-            # answer as it arrives, so database connections stay one per query loop.
+            # Call threads only talk to the judge; this query's thread stores the
+            # answers as they arrive, all those that came in while it stored the
+            # last ones in one statement, so database connections stay one per loop.
             futures = {calls.submit(self._ask_window, query, row): row for row in mine}
             fatal = None
-            for future in as_completed(futures):
-                row = futures[future]
+            complete = len(mine) == len(rows)
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                answered = []
+                for future in done:
+                    row = futures[future]
+                    try:
+                        answered.append((row, future.result()))
+                    except BaseException as exc:  # the judge refused us for good
+                        services.window_release(window_id=row.pk, token=self.token)
+                        fatal = fatal or exc
                 try:
-                    stored = services.window_complete(
-                        window_id=row.pk, token=self.token, **future.result()
+                    stored = services.windows_complete(
+                        token=self.token,
+                        outcomes=[(row.pk, outcome) for row, outcome in answered],
                     )
-                    if not stored:  # our claim was taken over: drop, count as waste
-                        with self.counts_lock:
-                            self.counts["wasted"] += 1
-                except BaseException as exc:  # the judge refused us for good
-                    services.window_release(window_id=row.pk, token=self.token)
-                    fatal = fatal or exc
                 finally:
                     with self.active_lock:
-                        self.active.discard(row.pk)
+                        self.active.difference_update(futures[f].pk for f in done)
+                for row, outcome in answered:
+                    if row.pk in stored:
+                        judged[row.seq] = _answer(stage, row.doc_ids, outcome)
+                    else:  # our claim was taken over: drop, count as waste
+                        complete = False
+                        with self.counts_lock:
+                            self.counts["wasted"] += 1
             if fatal is not None:
                 raise fatal
-            if len(mine) < len(rows):
-                time.sleep(self.poll_s)  # others hold some windows; wait for them
+            if not complete:
+                judged = None  # read again: others hold or stored some windows
+                if len(mine) < len(rows):
+                    time.sleep(self.poll_s)  # others hold some windows; wait for them
 
     # ------------------------------------------------------------------ one window
     def _ask_window(self, query: _Query, row: JudgmentWindow) -> dict:

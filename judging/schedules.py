@@ -416,18 +416,20 @@ def bt_abilities(
     doc_ids: Sequence[str], judged: Sequence[TournamentAnswer]
 ) -> dict[str, float]:
     """Cold-start BT abilities (mean zero) over the valid windows of ``judged``."""
-    from rcp.bt import fit_bt, window_pairs
+    from rcp.bt import fit_bt, ragged_window_pairs
 
     index = {d: i for i, d in enumerate(doc_ids)}
-    parts = [
-        window_pairs(np.array([index[d] for d in a.doc_ids]), np.array(a.scores))
-        for a in judged
-        if a.scores is not None
-    ]
-    if not parts:
+    valid = [a for a in judged if a.scores is not None]
+    if not valid:
         return {d: 0.0 for d in doc_ids}
-    winners, losers, labels, weights = (
-        np.concatenate(x) for x in zip(*parts, strict=True)
+    if any(len(a.scores) != len(a.doc_ids) for a in valid):
+        raise ValueError("a window's scores must match its documents")
+    # All windows' pairs in one vectorised call: the same rows as window_pairs per
+    # window, which cost more than the fit itself at hundreds of windows.
+    winners, losers, labels, weights = ragged_window_pairs(
+        np.array([len(a.doc_ids) for a in valid]),
+        np.array([index[d] for a in valid for d in a.doc_ids], dtype=np.int64),
+        np.array([x for a in valid for x in a.scores], dtype=np.float64),
     )
     # The reference's live-fit tolerances: scheduling needs an order, not 1e-11.
     theta = fit_bt(
@@ -498,6 +500,31 @@ def _mirrored(
     return out
 
 
+def _memo_for(memo: dict | None, key: tuple) -> dict:
+    """The caller's memo for this query's replay (emptied if it served another)."""
+    if memo is None:
+        return {}
+    if memo.get("key") != key:
+        memo.clear()
+        memo["key"] = key
+    return memo
+
+
+def _valid_pair_counts(
+    asked: list[TournamentAnswer], memo: dict
+) -> Counter[tuple[str, str]]:
+    """``pair_counts`` of the valid windows in ``asked``, counting only the windows
+    added since the memo's last count when the earlier ones are unchanged."""
+    prefix, counts = memo.get("counts", ([], Counter()))
+    if asked[: len(prefix)] != prefix:
+        prefix, counts = [], Counter()
+    counts = counts + pair_counts(
+        a.doc_ids for a in asked[len(prefix) :] if a.scores is not None
+    )
+    memo["counts"] = (list(asked), counts)
+    return counts
+
+
 def next_tournament_windows(
     doc_ids: Sequence[str],
     judged: Mapping[int, TournamentAnswer],
@@ -506,51 +533,74 @@ def next_tournament_windows(
     dataset: str,
     query_id: str,
     fit: AbilityFit = bt_abilities,
+    memo: dict | None = None,
 ) -> list[PlannedWindow]:
     """Windows of the first phase or batch with unjudged seqs; [] when the query is done.
 
     ``judged`` maps seq -> answer (invalid answers count as asked). Phases are
     replayed from the seed, so resume after a crash plans the same windows.
+    ``memo``, a dict the caller keeps between calls for one query, holds each phase
+    replayed so far with the answers it was planned from: a phase is replayed again
+    only when those answers changed, so a call fits at most the batch it plans. The
+    result is the same with or without it.
     """
-    rng = query_rng(schedule.seed, dataset, query_id)
+    memo = _memo_for(memo, ("A", tuple(doc_ids), schedule, dataset, query_id))
     n = len(doc_ids)
     n_random, n_stratified, per_batch = schedule.windows_for(n)
-    groups = balanced_random_windows(n, schedule.window, n_random, rng)
-    planned = _mirrored(
-        [[doc_ids[i] for i in g] for g in groups], "random", 0, schedule.mirror
-    )
+    if "random" not in memo:
+        rng = query_rng(schedule.seed, dataset, query_id)
+        groups = balanced_random_windows(n, schedule.window, n_random, rng)
+        memo["random"] = (
+            _mirrored(
+                [[doc_ids[i] for i in g] for g in groups], "random", 0, schedule.mirror
+            ),
+            rng.getstate(),
+        )
+    planned, rng_state = memo["random"]
+    planned = list(planned)
     if missing := _missing(planned, judged):
         return missing
-    ability = fit(doc_ids, [judged[w.seq] for w in planned])
-    strata = stratified_windows(doc_ids, ability, schedule.window, n_stratified, rng)
-    planned += _mirrored(strata, "stratified", len(planned), schedule.mirror)
+    asked = [judged[w.seq] for w in planned]
+    stratified = memo.get("stratified")
+    if stratified is None or stratified[0] != asked:
+        rng = random.Random()
+        rng.setstate(rng_state)
+        ability = fit(doc_ids, asked)
+        strata = stratified_windows(
+            doc_ids, ability, schedule.window, n_stratified, rng
+        )
+        stratified = memo["stratified"] = (
+            asked,
+            _mirrored(strata, "stratified", len(planned), schedule.mirror),
+        )
+    planned += stratified[1]
     if missing := _missing(planned, judged):
         return missing
-    counts: Counter[tuple[str, str]] = Counter()
-    counted = 0
     for batch in range(schedule.adaptive_batches_for(n)):
         asked = [judged[w.seq] for w in planned]
-        ability = fit(doc_ids, asked)
-        ranked = rank_by_ability(doc_ids, ability)
-        ordered = {d: ability.get(d, 0.0) for d in ranked}
-        # Counts grow by each batch's windows instead of being recounted from zero.
-        counts.update(
-            pair_counts(a.doc_ids for a in asked[counted:] if a.scores is not None)
-        )
-        counted = len(asked)
-        picks = greedy_adaptive_windows(
-            ordered,
-            boundary_values(ordered, counts, depth=schedule.adaptive_depth),
-            min(schedule.adaptive_window, n),
-            per_batch,
-            overlap_discount=schedule.overlap_discount,
-        )
-        if not picks:
+        cached = memo.get(("adaptive", batch))
+        if cached is None or cached[0] != asked:
+            ability = fit(doc_ids, asked)
+            ranked = rank_by_ability(doc_ids, ability)
+            ordered = {d: ability.get(d, 0.0) for d in ranked}
+            counts = _valid_pair_counts(asked, memo)
+            picks = greedy_adaptive_windows(
+                ordered,
+                boundary_values(ordered, counts, depth=schedule.adaptive_depth),
+                min(schedule.adaptive_window, n),
+                per_batch,
+                overlap_discount=schedule.overlap_discount,
+            )
+            cached = memo[("adaptive", batch)] = (
+                asked,
+                [
+                    PlannedWindow(len(planned) + i, "adaptive", tuple(p), batch=batch)
+                    for i, p in enumerate(picks)
+                ],
+            )
+        windows = cached[1]
+        if not windows:
             return []
-        windows = [
-            PlannedWindow(len(planned) + i, "adaptive", tuple(p), batch=batch)
-            for i, p in enumerate(picks)
-        ]
         planned += windows
         if missing := _missing(windows, judged):
             return missing
@@ -566,27 +616,45 @@ def next_rubric_windows(
     query_id: str,
     n_docs: int | None = None,
     fit: RubricFit = rasch_scores,
+    memo: dict | None = None,
 ) -> list[PlannedWindow]:
     """Rubric windows still to ask: balanced random, then stratified by ``fit``; [] when done.
 
     The stratified phase is dropped (returns []) when no random window was valid.
-    Raises ValueError when the random windows cannot cover every unit.
+    Raises ValueError when the random windows cannot cover every unit. ``memo`` as
+    in ``next_tournament_windows``.
     """
     n_units = len(unit_ids)
     docs = n_units if n_docs is None else n_docs
     schedule.check_coverage(docs, n_units=n_units)
-    rng = query_rng(schedule.seed, dataset, query_id)
+    memo = _memo_for(memo, ("B", tuple(unit_ids), schedule, dataset, query_id, docs))
     n_random, n_stratified = schedule.windows_for(docs, n_units=n_units)
-    groups = balanced_random_windows(n_units, schedule.window, n_random, rng)
-    planned = _mirrored([[unit_ids[i] for i in g] for g in groups], "random", 0, False)
+    if "random" not in memo:
+        rng = query_rng(schedule.seed, dataset, query_id)
+        groups = balanced_random_windows(n_units, schedule.window, n_random, rng)
+        memo["random"] = (
+            _mirrored([[unit_ids[i] for i in g] for g in groups], "random", 0, False),
+            rng.getstate(),
+        )
+    planned, rng_state = memo["random"]
     if missing := _missing(planned, judged):
         return missing
     asked = [judged[w.seq] for w in planned]
     if not n_stratified or all(a.answers is None for a in asked):
         return []
-    scores = fit(unit_ids, asked)
-    strata = stratified_windows(unit_ids, scores, schedule.window, n_stratified, rng)
-    return _missing(_mirrored(strata, "stratified", len(planned), False), judged)
+    stratified = memo.get("stratified")
+    if stratified is None or stratified[0] != asked:
+        rng = random.Random()
+        rng.setstate(rng_state)
+        scores = fit(unit_ids, asked)
+        strata = stratified_windows(
+            unit_ids, scores, schedule.window, n_stratified, rng
+        )
+        stratified = memo["stratified"] = (
+            asked,
+            _mirrored(strata, "stratified", len(planned), False),
+        )
+    return _missing(stratified[1], judged)
 
 
 def _run(

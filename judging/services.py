@@ -11,6 +11,7 @@ import functools
 import json
 import math
 import secrets
+import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,7 +21,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, F, Q
+from django.db.models import Case, Exists, F, Q, When
 from django.utils import timezone
 
 from benchmarks.formats import FormatError, numbered_lines, open_text
@@ -535,7 +536,7 @@ def job_count(
 
 def job_units_plan(*, job: JudgingJob) -> list[int]:
     """Ensure one unit per (query with a pool, stage) of the job; returns the ids of
-    those not done, in query order.
+    those not done: Stage A units in query order, then Stage B's.
 
     Called by the run that just claimed the job: units still marked running belong to
     a run that was fenced (take-over, resume), so they go back to pending.
@@ -559,11 +560,14 @@ def job_units_plan(*, job: JudgingJob) -> list[int]:
     )
     order = {q.pk: i for i, q in enumerate(queries)}
     rows = JudgingUnit.objects.filter(job=job).exclude(status=UnitStatus.DONE)
+    # Stage A units first: ten rounds that wait on each other, against two in Stage
+    # B, so started last they would leave the judge's slots idle at the job's end.
+    # Lanes take every LANES-th id of this list: each gets both stages.
     return [
         pk
         for pk, _, _ in sorted(
             rows.values_list("pk", "query_id", "stage"),
-            key=lambda r: (order.get(r[1], 0), r[2]),
+            key=lambda r: (r[2] != Stage.TOURNAMENT, order.get(r[1], 0)),
         )
     ]
 
@@ -578,7 +582,8 @@ def unit_claim(
 ) -> JudgingUnit | None:
     """Claim one unit of run ``job_token`` (compare-and-set): a pending one, preferably
     from ``prefer`` (the lane's own share), else any pending one, else one whose
-    holder's lease ran out (a dead lane). None if nothing is claimable now.
+    holder's lease ran out (a dead lane); Stage A before Stage B (see
+    ``job_units_plan``). None if nothing is claimable now.
 
     Raises JobFenced once the job is no longer running under ``job_token``.
     """
@@ -592,8 +597,11 @@ def unit_claim(
         status=UnitStatus.RUNNING, lease_until__lt=now
     )
     base = JudgingUnit.objects.filter(claimable, job_id=job_id)
+    stage_a_first = Case(When(stage=Stage.TOURNAMENT, then=0), default=1)
     for candidates in (base.filter(pk__in=list(prefer)), base):
-        for pk in candidates.order_by("status", "pk").values_list("pk", flat=True)[:8]:
+        for pk in candidates.order_by("status", stage_a_first, "pk").values_list(
+            "pk", flat=True
+        )[:8]:
             if (
                 JudgingUnit.objects.filter(claimable, ours, pk=pk).update(
                     status=UnitStatus.RUNNING,
@@ -766,9 +774,30 @@ def windows_renew(*, window_ids: list[int], token: str, lease_s: float) -> int:
     while their calls are in progress); returns how many are still ours."""
     if not window_ids:
         return 0
-    return JudgmentWindow.objects.filter(
-        pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
-    ).update(lease_until=timezone.now() + timedelta(seconds=lease_s))
+    until = timezone.now() + timedelta(seconds=lease_s)
+    if connection.vendor != "postgresql":
+        return JudgmentWindow.objects.filter(
+            pk__in=window_ids, status=WindowStatus.IN_FLIGHT, claim=token
+        ).update(lease_until=until)
+    # Rows locked in id order, as ``windows_complete`` locks them (no deadlock).
+    meta = JudgmentWindow._meta
+    qn = connection.ops.quote_name
+    table, pk = qn(meta.db_table), qn(meta.pk.column)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {table} "
+            f"WHERE {pk} = ANY(%s) AND {qn(meta.get_field('status').column)} = %s "
+            f"AND {qn(meta.get_field('claim').column)} = %s ORDER BY {pk} FOR UPDATE) "
+            f"UPDATE {table} SET {qn(meta.get_field('lease_until').column)} = %s "
+            f"WHERE {pk} IN (SELECT {pk} FROM locked)",
+            [
+                list(window_ids),
+                WindowStatus.IN_FLIGHT.value,
+                token,
+                meta.get_field("lease_until").get_db_prep_save(until, connection),
+            ],
+        )
+        return cursor.rowcount
 
 
 def window_release(*, window_id: int, token: str) -> None:
@@ -796,73 +825,149 @@ _COMPLETE_FIELDS = (
 )
 
 
+# Rows per statement of ``windows_complete`` (PostgreSQL takes 65535 parameters,
+# SQLite 32766; a row has 16).
+COMPLETE_CHUNK = 500
+
+
 @functools.cache
-def _complete_sql(vendor: str) -> str:
+def _complete_sql(vendor: str, rows: int) -> str:
+    """UPDATE ... FROM (VALUES one row per window) ... RETURNING the ids stored.
+
+    Parameters in the order of the text (``_windows_complete_chunk``). On PostgreSQL the
+    rows are first locked in id order (``ORDER BY id FOR UPDATE``), as the heartbeat's
+    ``windows_renew`` locks them: two statements that lock several rows each in
+    their own scan order can deadlock (seen once in a dozen benchmark jobs)."""
+    meta = JudgmentWindow._meta
+    qn = connection.ops.quote_name
+    table = qn(meta.db_table)
+    fields = [meta.get_field(f) for f in _COMPLETE_FIELDS]
+    status = f"{table}.{qn(meta.get_field('status').column)}"
+    claim = f"{table}.{qn(meta.get_field('claim').column)}"
+    pk = f"{table}.{qn(meta.pk.column)}"
+    sets = ", ".join(
+        [
+            f"{qn(meta.get_field('status').column)} = %s",
+            f"{qn(meta.get_field('lease_until').column)} = NULL",
+        ]
+        + [f"{qn(f.column)} = v.column{i + 2}" for i, f in enumerate(fields)]
+    )
+    if vendor == "postgresql":
+        # PostgreSQL types a VALUES list from its first row: every cell is cast.
+        types = [meta.pk.db_type(connection)] + [f.db_type(connection) for f in fields]
+        cells = ", ".join(f"CAST(%s AS {t})" for t in types)
+        values = ", ".join([f"({cells})"] * rows)
+        return (
+            f"WITH v AS (VALUES {values}), locked AS MATERIALIZED ("
+            f"SELECT {pk} AS id FROM {table} JOIN v ON {pk} = v.column1 "
+            f"WHERE {status} = %s AND {claim} = %s ORDER BY {pk} FOR UPDATE OF {table}) "
+            f"UPDATE {table} SET {sets} FROM v WHERE {pk} = v.column1 "
+            f"AND {pk} IN (SELECT id FROM locked) RETURNING {pk}"
+        )
+    cells = ", ".join(["%s"] * (1 + len(fields)))
+    values = ", ".join([f"({cells})"] * rows)
+    return (  # SQLite writes one transaction at a time: no row locks to order
+        f"WITH v AS (VALUES {values}) UPDATE {table} SET {sets} FROM v "
+        f"WHERE {pk} = v.column1 AND {status} = %s AND {claim} = %s RETURNING {pk}"
+    )
+
+
+def window_complete(*, window_id: int, token: str, **outcome: Any) -> bool:
+    """Store one window's outcome (``windows_complete`` of one); True if stored."""
+    return window_id in windows_complete(token=token, outcomes=[(window_id, outcome)])
+
+
+def windows_complete(
+    *, token: str, outcomes: list[tuple[int, dict[str, Any]]]
+) -> set[int]:
+    """Store windows' outcomes once (in-flight -> done), each only while the window is
+    still claimed by ``token``; returns the ids stored. The raw answer is kept even
+    when invalid; nothing is imputed. An id missing from the result was no longer
+    ours (its lease ran out and another runner re-claimed it, or the job was taken
+    over): the caller drops that answer.
+
+    Each outcome has ``valid, category, reason, raw_response, scores, ranking,
+    answers, attempts, input_tokens, output_tokens, latency_ms, prompt_sha256``.
+    One statement for all of them (the answers a lane received while it stored the
+    previous ones), built once per size with values prepared by the model's own
+    fields: this runs for every request, and compiling an ORM update per window cost
+    a sixth of a lane's CPU.
+    """
+    if not outcomes:
+        return set()
+    if connection.vendor == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
+        # No UPDATE ... FROM / RETURNING: one statement per window.
+        return {
+            pk
+            for pk, outcome in outcomes
+            if _windows_complete_chunk(token, [(pk, outcome)], returning=False)
+        }
+    stored: set[int] = set()
+    for i in range(0, len(outcomes), COMPLETE_CHUNK):
+        stored |= _windows_complete_chunk(token, outcomes[i : i + COMPLETE_CHUNK])
+    return stored
+
+
+def _windows_complete_chunk(
+    token: str, outcomes: list[tuple[int, dict[str, Any]]], *, returning: bool = True
+) -> set[int]:
+    meta = JudgmentWindow._meta
+    fields = [meta.get_field(f) for f in _COMPLETE_FIELDS]
+    now = timezone.now()
+    version = str(prompts.PROMPT_VERSION)
+    cells: list[Any] = []
+    for pk, o in outcomes:
+        values = {
+            "valid": o["valid"],
+            "invalid_category": o["category"] or "",
+            "invalid_reason": o["reason"][:2000],
+            "raw_response": o["raw_response"],
+            "scores": o["scores"],
+            "ranking": o["ranking"],
+            "answers": o["answers"],
+            "attempts": o["attempts"],
+            "input_tokens": o["input_tokens"],
+            "output_tokens": o["output_tokens"],
+            "latency_ms": o["latency_ms"],
+            "prompt_sha256": o["prompt_sha256"],
+            "prompt_version": version,
+            "completed_at": now,
+        }
+        cells.append(pk)
+        cells += [f.get_db_prep_save(values[f.name], connection) for f in fields]
+    done, in_flight = WindowStatus.DONE.value, WindowStatus.IN_FLIGHT.value
+    with connection.cursor() as cursor:
+        if not returning:  # one window: WHERE id = %s, no FROM, no RETURNING
+            params = [done, *cells[1:], in_flight, token, cells[0]]
+            cursor.execute(_complete_one_sql(), params)
+            return {outcomes[0][0]} if cursor.rowcount == 1 else set()
+        if connection.vendor == "postgresql":
+            params = [*cells, in_flight, token, done]
+        else:
+            params = [*cells, done, in_flight, token]
+        cursor.execute(_complete_sql(connection.vendor, len(outcomes)), params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+@functools.cache
+def _complete_one_sql() -> str:
+    """One window's UPDATE for SQLite before 3.35 (no UPDATE ... FROM/RETURNING);
+    parameters: status, the outcome's fields, in-flight, token, then the id."""
     meta = JudgmentWindow._meta
     qn = connection.ops.quote_name
     sets = ", ".join(
-        f"{qn(meta.get_field(f).column)} = %s" for f in ("status", "lease_until")
-    )
-    sets += ", " + ", ".join(
-        f"{qn(meta.get_field(f).column)} = %s" for f in _COMPLETE_FIELDS
+        [
+            f"{qn(meta.get_field('status').column)} = %s",
+            f"{qn(meta.get_field('lease_until').column)} = NULL",
+        ]
+        + [f"{qn(meta.get_field(f).column)} = %s" for f in _COMPLETE_FIELDS]
     )
     return (
-        f"UPDATE {qn(meta.db_table)} SET {sets} WHERE {qn(meta.pk.column)} = %s "
-        f"AND {qn(meta.get_field('status').column)} = %s "
-        f"AND {qn(meta.get_field('claim').column)} = %s"
+        f"UPDATE {qn(meta.db_table)} SET {sets} "
+        f"WHERE {qn(meta.get_field('status').column)} = %s "
+        f"AND {qn(meta.get_field('claim').column)} = %s "
+        f"AND {qn(meta.pk.column)} = %s"
     )
-
-
-def window_complete(
-    *,
-    window_id: int,
-    token: str,
-    valid: bool,
-    category: str,
-    reason: str,
-    raw_response: str,
-    scores: list[float] | None,
-    ranking: list[str] | None,
-    answers: list[list[int]] | None,
-    attempts: int,
-    input_tokens: int,
-    output_tokens: int,
-    latency_ms: int,
-    prompt_sha256: str,
-) -> bool:
-    """Store a window's outcome once (in-flight -> done), only while the window is
-    still claimed by ``token``. The raw answer is kept even when invalid; nothing is
-    imputed. False if the window was no longer ours (its lease ran out and another
-    runner re-claimed it, or the job was taken over): the caller drops the answer.
-
-    One statement built once, values prepared by the model's own fields: this runs
-    once per request, and compiling the ORM update cost a sixth of a lane's CPU.
-    """
-    meta = JudgmentWindow._meta
-    values = {
-        "valid": valid,
-        "invalid_category": category or "",
-        "invalid_reason": reason[:2000],
-        "raw_response": raw_response,
-        "scores": scores,
-        "ranking": ranking,
-        "answers": answers,
-        "attempts": attempts,
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "latency_ms": latency_ms,
-        "prompt_sha256": prompt_sha256,
-        "prompt_version": str(prompts.PROMPT_VERSION),
-        "completed_at": timezone.now(),
-    }
-    params = [WindowStatus.DONE.value, None] + [
-        meta.get_field(f).get_db_prep_save(values[f], connection)
-        for f in _COMPLETE_FIELDS
-    ]
-    params += [window_id, WindowStatus.IN_FLIGHT.value, token]
-    with connection.cursor() as cursor:
-        cursor.execute(_complete_sql(connection.vendor), params)
-        return cursor.rowcount == 1
 
 
 # ----------------------------------------------------------------------------- import / export

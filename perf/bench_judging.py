@@ -8,14 +8,17 @@ concurrency C = 32 and C = 64, next to the bare openai client loop, in one run.
         [--redis redis://127.0.0.1:6379/0]
 
 For each C it prints, side by side:
-- platform: requests/s of the job (from its start to its end, as the database records
-  them) as a ratio of the ceiling C/L, and the CPU time of the worker processes (each
-  worker's whole process tree, read from /proc) per request;
+- platform: requests/s of the job (the requests the judge answered, over the job's
+  start to end as the database records them) as a ratio of the ceiling C/L, and the
+  CPU time of the worker processes (each worker's whole process tree, read from
+  /proc) per request;
 - peer: the official openai client in C threads in this process, the same number of
   calls to the same server, with no parsing, planning, limiter or database: the best
   any client could do here; its CPU per request is this process's.
-Also: the most requests ever in flight at the judge (must be <= C: the cap holds across
-both workers). The simulated judge runs in its own process; its CPU counts for nobody.
+Beside them, the checks (the run fails if one does not hold): the most requests ever
+in flight at the judge (must be <= C: the cap holds across both workers), every window
+asked once and stored once, the job done; and the load average. The simulated judge
+runs in its own process; its CPU counts for nobody.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -215,15 +219,26 @@ def main() -> None:
                 time.sleep(0.2)
             cpu = group_cpu_s(pgids) - cpu0
             job.refresh_from_db()
-            peak = judge_stats()["max_in_flight"]
+            stats = judge_stats()
+            peak = stats["max_in_flight"]
             wall = (job.finished_at - job.started_at).total_seconds()
-            stored = JudgmentWindow.objects.filter(job=job, status="done").count()
-            rate = job.requests / wall
+            # Requests as the judge counted them (the job's own counter is flushed
+            # by each lane's heartbeat and may trail the job's end by a beat).
+            requests = stats["chat_requests"]
+            windows = JudgmentWindow.objects.filter(job=job)
+            stored = windows.filter(status="done").count()
+            keys = len(set(windows.values_list("query_id", "stage", "seq")))
+            # Asked once: the judge saw each prompt exactly as often as stored windows
+            # carry it (an adaptive batch may ask an earlier stretch again, same order).
+            asked_once = Counter(stats["prompts"]) == Counter(
+                windows.values_list("prompt_sha256", flat=True)
+            )
+            rate = requests / wall
 
             # Peer: the bare openai client in C threads, same server, same calls.
             client = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
             messages = [{"role": "user", "content": "hello"}]
-            n_peer = job.requests
+            n_peer = requests
             t0, peer_cpu0 = time.perf_counter(), self_cpu_s()
             with ThreadPoolExecutor(concurrency) as pool:
                 list(
@@ -242,14 +257,17 @@ def main() -> None:
                     C=concurrency,
                     ceiling=ceiling,
                     status=job.status,
-                    requests=job.requests,
+                    error=job.error[:1000],
+                    requests=requests,
                     windows=stored,
+                    once=stored == keys == requests and asked_once,
                     wall=wall,
                     rate=rate,
-                    cpu_ms=1000 * cpu / max(job.requests, 1),
+                    cpu_ms=1000 * cpu / max(requests, 1),
                     peak=peak,
                     peer_rate=n_peer / peer_wall,
                     peer_cpu_ms=1000 * peer_cpu / max(n_peer, 1),
+                    load=open("/proc/loadavg").read().split()[0],
                 )
             )
 
@@ -260,22 +278,31 @@ def main() -> None:
         )
         header = (
             f"{'C':>4} {'C/L':>6} | {'platform req/s':>14} {'x C/L':>6} {'CPU ms/req':>10} "
-            f"{'peak':>5} {'requests':>8} {'wall s':>7} | {'peer req/s':>10} {'x C/L':>6} "
-            f"{'CPU ms/req':>10}"
+            f"{'requests':>8} {'wall s':>7} | {'peer req/s':>10} {'x C/L':>6} "
+            f"{'CPU ms/req':>10} | {'peak':>5} {'windows':>7} {'once':>4} {'job':>5} "
+            f"{'load':>5}"
         )
         print(header)
         print("-" * len(header))
         for r in rows:
             print(
                 f"{r['C']:>4} {r['ceiling']:>6.0f} | {r['rate']:>14.1f} {r['rate'] / r['ceiling']:>6.2f} "
-                f"{r['cpu_ms']:>10.2f} {r['peak']:>5} {r['requests']:>8} {r['wall']:>7.1f} | "
-                f"{r['peer_rate']:>10.1f} {r['peer_rate'] / r['ceiling']:>6.2f} {r['peer_cpu_ms']:>10.2f}"
+                f"{r['cpu_ms']:>10.2f} {r['requests']:>8} {r['wall']:>7.1f} | "
+                f"{r['peer_rate']:>10.1f} {r['peer_rate'] / r['ceiling']:>6.2f} {r['peer_cpu_ms']:>10.2f} | "
+                f"{r['peak']:>5} {r['windows']:>7} {'yes' if r['once'] else 'NO':>4} "
+                f"{r['status']:>5} {r['load']:>5}"
             )
+        print(
+            "peak: most requests in flight at the judge (must be <= C); windows: stored; "
+            "once: every window asked once and stored once (one row per window, as many "
+            "as requests); job: its status; load: 1-minute load average after the run"
+        )
         for r in rows:
             assert r["status"] == "done", r
             assert r["peak"] <= r["C"], (
                 f"the judge saw {r['peak']} > C = {r['C']} in flight"
             )
+            assert r["once"], f"a window was asked or stored more than once: {r}"
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -6,6 +6,8 @@ real Redis (skipped if none at 127.0.0.1:6379) and real processes.
 
 from __future__ import annotations
 
+import http.server
+import json
 import multiprocessing
 import os
 import signal
@@ -16,6 +18,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import openai
 import pytest
 
 from judging import parsing, prompts
@@ -36,7 +39,7 @@ from judging.limits import (
 from judging.simulated import start_simulated_judge
 from tests import tiers
 
-REDIS_URL = tiers.redis_url(15)
+REDIS_URL = tiers.redis_url(int(os.environ.get("RCP_TEST_REDIS_DB", "15")))
 TEXTS = [f"passage {i} on tidal forces and the moon" for i in range(10)]
 FORK = multiprocessing.get_context("fork")
 
@@ -219,6 +222,93 @@ def test_a_dead_replica_is_avoided(judge_server):
     assert server.stats()["chat_requests"] == 6
 
 
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every POST with ``server.reply`` (status, body) and keeps the bodies."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        length = int(self.headers.get("content-length", 0))
+        self.server.bodies.append(json.loads(self.rfile.read(length)))
+        status, body = self.server.reply
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def recording_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingHandler)
+    server.bodies, server.reply = [], (200, b"{}")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server, f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+
+
+def test_the_request_body_is_what_the_typed_client_would_send(recording_server):
+    """One serialized body per window: model, messages, token limit, temperature,
+    extra_body (merged as the client merges it) and the JSON schema last; the
+    answer's text, finish reason and usage are read from the JSON."""
+    server, url = recording_server
+    answer = {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "m",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "é ok"},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10},
+    }
+    server.reply = (200, json.dumps(answer).encode())
+    client = _client(
+        url,
+        temperature=0.5,
+        max_output_tokens=99,
+        extra_body={"top_k": 4, "response_format": {"type": "text"}},
+    )
+    messages, fmt = _window()
+    call = client.complete(messages, response_format=fmt)
+    assert (call.text, call.finish_reason) == ("é ok", "length")
+    assert (call.input_tokens, call.output_tokens, call.retries) == (7, 3, 0)
+    typed = openai.OpenAI(base_url=url, api_key="x", max_retries=0)
+    typed.chat.completions.create(
+        model="m",
+        messages=messages,
+        max_completion_tokens=99,
+        temperature=0.5,
+        extra_body={"top_k": 4, "response_format": fmt},
+    )
+    ours, theirs = server.bodies
+    assert ours == theirs and ours["response_format"] == fmt
+
+
+def test_a_200_that_is_not_a_chat_completion_is_retried_then_transient(
+    recording_server,
+):
+    """A proxy's page with status 200 is an unreadable answer: retried, then
+    TransientJudgeError naming it (the window's attempt is refused)."""
+    server, url = recording_server
+    server.reply = (200, b"<html>gateway</html>")
+    client = _client(url)
+    client.max_retries = 1
+    messages, fmt = _window()
+    with pytest.raises(TransientJudgeError, match="unreadable response"):
+        client.complete(messages, response_format=fmt)
+    assert len(server.bodies) == 2
+    server.reply = (200, b'["not", "an", "object"]')
+    with pytest.raises(TransientJudgeError, match="unreadable response"):
+        client.complete(messages, response_format=fmt)
+
+
 # ---------------------------------------------------------------------------
 # The global concurrency cap
 # ---------------------------------------------------------------------------
@@ -376,3 +466,84 @@ def test_limiter_for_settings_chooses_the_store(settings, tmp_path, monkeypatch)
     limiter = limiter_for_settings()
     assert isinstance(limiter, FileLimiter)
     assert Path(limiter.directory) == tmp_path / "judge-slots"
+
+
+# ---------------------------------------------------------------------------
+# Waiting for a slot: local hand-over and wake on release
+# ---------------------------------------------------------------------------
+
+
+class _CountingRedisLimiter(RedisLimiter):
+    """Counts the slots taken from Redis (store round trips of a take)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.takes = 0
+
+    def _try_take(self, name, concurrency, held):
+        taken = super()._try_take(name, concurrency, held)
+        self.takes += taken is not None
+        return taken
+
+
+@needs_redis
+def test_a_slot_passes_to_a_waiting_thread_without_a_store_round_trip():
+    """Threads of one process queue for 2 slots: a finished request hands its slot to
+    a waiting thread while the slot is fresh, so Redis sees far fewer takes than
+    requests; the cap still holds."""
+    limiter = _CountingRedisLimiter(REDIS_URL, handover_s=60)
+    name, lock, state = f"hand-{uuid.uuid4().hex[:8]}", threading.Lock(), [0, 0]
+
+    def hold(_):
+        with limiter.acquire(name, 2):
+            with lock:
+                state[0] += 1
+                state[1] = max(state[1], state[0])
+            time.sleep(0.01)
+            with lock:
+                state[0] -= 1
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(hold, range(60)))
+    assert state[1] == 2
+    assert limiter.takes <= 10  # 60 requests; the rest were handed over
+
+
+@needs_redis
+def test_handed_over_slots_go_back_to_the_store_so_other_processes_get_turns():
+    """Two processes (two limiters) keep one slot busy: a slot passes between the
+    threads of one process for ``handover_s`` at most, then the other gets turns."""
+    name = f"fair-{uuid.uuid4().hex[:8]}"
+    limiters = [RedisLimiter(REDIS_URL, handover_s=0.05) for _ in range(2)]
+    counts, stop = [0, 0], time.monotonic() + 1.5
+
+    def hammer(i):
+        while time.monotonic() < stop:
+            with limiters[i].acquire(name, 1, timeout=5):
+                counts[i] += 1
+                time.sleep(0.005)
+
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(hammer, [0, 0, 0, 1, 1, 1]))
+    assert min(counts) >= 0.2 * max(counts), counts
+
+
+@needs_redis
+def test_a_waiting_process_wakes_when_another_releases_not_at_its_next_poll():
+    """A release in another process wakes the waiter through Redis (BLPOP on the
+    judge's wake list) at once, long before its fallback look (5 s here)."""
+    name = f"wake-{uuid.uuid4().hex[:8]}"
+    holder, waiter = RedisLimiter(REDIS_URL), RedisLimiter(REDIS_URL, wake_s=5.0)
+    got = {}
+
+    def wait_for_slot():
+        with waiter.acquire(name, 1, timeout=10):
+            got["at"] = time.monotonic()
+
+    with holder.acquire(name, 1):
+        thread = threading.Thread(target=wait_for_slot)
+        thread.start()
+        time.sleep(0.3)  # the waiter looked, found none, and blocks on the list
+        released = time.monotonic()
+    thread.join(10)
+    assert got["at"] - released < 0.5

@@ -11,7 +11,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from benchmarks.models import Query
@@ -280,3 +280,187 @@ def test_slow_judge_near_its_timeout_with_retries_keeps_its_windows(tiny, settin
         assert max(Counter(stats["answered"]).values()) == 1
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("old_sqlite", [False, True])
+def test_answers_stored_together_are_each_fenced_by_their_own_claim(
+    tiny, monkeypatch, old_sqlite
+):
+    """``windows_complete`` stores several answers in one statement: each only where
+    the window is still claimed by the token; the ids stored are returned and the
+    rest are left to their holder, with every field stored as given. (On SQLite
+    before 3.35, one statement per window: same result.)"""
+    if old_sqlite:
+        monkeypatch.setattr(services.sqlite3, "sqlite_version_info", (3, 31, 0))
+    judge = services.judge_create(
+        name="j", base_urls=["http://127.0.0.1:9/v1"], model="m"
+    )
+    job = services.job_create(dataset=tiny, judge=judge, queue=False)
+    run = services.job_claim(job_id=job.pk)
+    windows = [
+        JudgmentWindow.objects.create(
+            family=job.family,
+            judge=judge,
+            job=job,
+            query=Query.objects.get(external_id="q1"),
+            stage="tournament",
+            phase="random",
+            seq=seq,
+            doc_ids=["d1", "d2"],
+        )
+        for seq in range(4)
+    ]
+    ids = [w.pk for w in windows]
+    claim = dict(job_id=job.pk, job_token=run, reask=set())
+    assert (
+        services.windows_claim(window_ids=ids[:3], token="A" * 32, lease_s=-1, **claim)
+        == ids[:3]
+    )
+    # Window 1's lease ran out and B took it; window 3 was never A's.
+    assert services.windows_claim(
+        window_ids=[ids[1], ids[3]], token="B" * 32, lease_s=30, **claim
+    ) == [ids[1], ids[3]]
+    invalid = _answer("a2") | dict(
+        valid=False, category="no_json", reason="x" * 3000, scores=None
+    )
+    stored = services.windows_complete(
+        token="A" * 32,
+        outcomes=[
+            (ids[0], _answer("a0")),
+            (ids[1], _answer("a1")),
+            (ids[2], invalid),
+            (ids[3], _answer("a3")),
+        ],
+    )
+    assert stored == {ids[0], ids[2]}
+    rows = {w.pk: w for w in JudgmentWindow.objects.filter(pk__in=ids)}
+    assert [rows[i].status for i in ids] == ["done", "in_flight", "done", "in_flight"]
+    first, refused = rows[ids[0]], rows[ids[2]]
+    assert (first.raw_response, first.scores, first.valid, first.lease_until) == (
+        "a0",
+        [1.0, 2.0],
+        True,
+        None,
+    )
+    assert (first.attempts, first.input_tokens, first.latency_ms) == (1, 10, 100)
+    assert first.prompt_sha256 == "a0" and first.completed_at is not None
+    assert (refused.valid, refused.invalid_category, refused.scores) == (
+        False,
+        "no_json",
+        None,
+    )
+    assert len(refused.invalid_reason) == 2000
+    assert services.windows_complete(
+        token="B" * 32, outcomes=[(ids[1], _answer("b1")), (ids[3], _answer("b3"))]
+    ) == {ids[1], ids[3]}
+    assert services.windows_complete(token="B" * 32, outcomes=[]) == set()
+
+
+@pytest.mark.parametrize("statement", ["complete", "renew"])
+def test_multi_row_window_writes_lock_rows_in_id_order(tiny, statement):
+    """The heartbeat's lease renewal and a unit loop's batch of answers both write
+    several rows of one lane: each locks its rows in id order, so neither can hold a
+    later row while waiting for an earlier one (the two deadlocked in a benchmark
+    job). Here the lowest row is locked elsewhere: the statement waits on it before
+    locking any other. (PostgreSQL: SQLite writes one transaction at a time.)"""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks: PostgreSQL only (CI runs this suite on it too)")
+    judge = services.judge_create(
+        name="j", base_urls=["http://127.0.0.1:9/v1"], model="m"
+    )
+    job = services.job_create(dataset=tiny, judge=judge, queue=False)
+    run = services.job_claim(job_id=job.pk)
+    low, high = (
+        JudgmentWindow.objects.create(
+            family=job.family,
+            judge=judge,
+            job=job,
+            query=Query.objects.get(external_id="q1"),
+            stage="tournament",
+            phase="random",
+            seq=seq,
+            doc_ids=["d1", "d2"],
+        ).pk
+        for seq in range(2)
+    )
+    services.windows_claim(
+        window_ids=[low, high],
+        job_id=job.pk,
+        job_token=run,
+        token="A" * 32,
+        lease_s=30,
+        reask=set(),
+    )
+    # The low row's new version now lies after the high one's: a scan in the
+    # table's physical order meets the high row first.
+    JudgmentWindow.objects.filter(pk=low).update(attempts=0)
+    holding, release, outcome = threading.Event(), threading.Event(), {}
+
+    def hold_low():
+        with transaction.atomic():
+            JudgmentWindow.objects.select_for_update().filter(pk=low).exists()
+            holding.set()
+            release.wait(10)
+        connection.close()
+
+    def write():  # high first in the statement's own order
+        if statement == "complete":
+            outcome["stored"] = services.windows_complete(
+                token="A" * 32,
+                outcomes=[(high, _answer("h")), (low, _answer("l"))],
+            )
+        else:
+            outcome["renewed"] = services.windows_renew(
+                window_ids=[high, low], token="A" * 32, lease_s=60
+            )
+        connection.close()
+
+    def high_is_free() -> bool:
+        try:
+            with transaction.atomic():
+                JudgmentWindow.objects.select_for_update(nowait=True).filter(
+                    pk=high
+                ).exists()
+            return True
+        except DatabaseError:
+            return False
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold_low)
+    holder.start()
+    assert holding.wait(10)
+    writer = threading.Thread(target=write)
+    writer.start()
+    time.sleep(0.5)  # the writer is now waiting for the low row
+    checks = []
+    checker = threading.Thread(target=lambda: checks.append(high_is_free()))
+    checker.start()
+    checker.join(10)
+    release.set()
+    holder.join(10)
+    writer.join(10)
+    assert checks == [True]
+    assert outcome in ({"stored": {low, high}}, {"renewed": 2})
+
+
+def test_stage_a_units_are_planned_and_claimed_first_in_every_lanes_share(tiny):
+    """Stage A's ten dependent rounds start before Stage B's two, so the slots stay
+    busy to the job's end; every lane's share (every LANES-th id) holds both."""
+    from judging.models import JudgingUnit
+
+    judge = services.judge_create(
+        name="j", base_urls=["http://127.0.0.1:9/v1"], model="m"
+    )
+    job = services.job_create(dataset=tiny, judge=judge, queue=False)
+    run = services.job_claim(job_id=job.pk)
+    units = services.job_units_plan(job=JudgingJob.objects.get(pk=job.pk))
+    stage = dict(JudgingUnit.objects.values_list("pk", "stage"))
+    assert [stage[u] for u in units] == ["tournament"] * 3 + ["rubric"] * 3
+    for share in (units[0::2], units[1::2]):
+        assert {stage[u] for u in share} == {"tournament", "rubric"}
+    claimed = [
+        services.unit_claim(job_id=job.pk, job_token=run, token="A" * 32, lease_s=30)
+        for _ in range(6)
+    ]
+    assert [u.stage for u in claimed] == ["tournament"] * 3 + ["rubric"] * 3

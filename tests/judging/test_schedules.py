@@ -452,3 +452,77 @@ def test_pair_counts_equal_the_plain_double_loop():
                 expected[pair_key(a, b)] += 1
     assert pair_counts(windows) == expected
     assert pair_counts([]) == _Counter()
+
+
+def _walk_with_memo(plan, judge):
+    """Walk a planner as the runner does (one memo for the query); returns the
+    windows of each call and how many fits ran."""
+    memo, judged, calls = {}, {}, []
+    while windows := plan(judged, memo):
+        calls.append(windows)
+        for w, a in zip(windows, judge(windows), strict=True):
+            judged[w.seq] = a
+    return calls, judged
+
+
+def test_planner_memo_plans_the_same_windows_and_fits_each_boundary_once() -> None:
+    """With a memo kept between calls, each call plans what the plain replay plans
+    (also after an answer changes, as on a resume), and each phase boundary is
+    fitted once instead of at every later call."""
+    ids = [f"d{i:03d}" for i in range(60)]
+    judge = _tournament_judge(_truth(ids))
+    kwargs = {"schedule": TournamentSchedule(), "dataset": "ds", "query_id": "q3"}
+    fits = []
+
+    def fit(doc_ids, answers):
+        fits.append(len(answers))
+        return sched.bt_abilities(doc_ids, answers)
+
+    def plan(judged, memo):
+        with_memo = sched.next_tournament_windows(
+            ids, judged, fit=fit, memo=memo, **kwargs
+        )
+        assert with_memo == sched.next_tournament_windows(ids, judged, **kwargs)
+        return with_memo
+
+    calls, judged = _walk_with_memo(plan, judge)
+    assert len(calls) == 2 + 7 and len(judged) == 42 + 22 + 7 * 3
+    # One fit per boundary: before the stratified phase and before each batch.
+    assert fits == [42] + [42 + 22 + 3 * b for b in range(7)]
+    # An answer of the random phase changes (a resume stored another answer):
+    # the memo notices and replans from there, as the plain replay does.
+    memo: dict = {}
+    assert sched.next_tournament_windows(ids, judged, memo=memo, **kwargs) == []
+    changed = dict(judged)
+    first = changed[0]
+    changed[0] = TournamentAnswer(first.doc_ids, tuple(-s for s in first.scores))
+    for seq in [s for s in changed if s >= 42]:
+        del changed[seq]
+    replanned = sched.next_tournament_windows(ids, changed, memo=memo, **kwargs)
+    assert replanned == sched.next_tournament_windows(ids, changed, **kwargs)
+    assert [w.seq for w in replanned] == list(range(42, 64))
+    assert [w.doc_ids for w in replanned] != [judged[w.seq].doc_ids for w in replanned]
+
+
+def test_rubric_planner_memo_plans_the_same_windows() -> None:
+    ids = [f"d{i:03d}" for i in range(40)]
+    kwargs = {"schedule": RubricSchedule(), "dataset": "ds", "query_id": "q4"}
+    fits = []
+
+    def fit(unit_ids, answers):
+        fits.append(len(answers))
+        return sched.rasch_scores(unit_ids, answers)
+
+    def judge(windows):
+        return [
+            RubricAnswer(w.doc_ids, tuple((1, 0, 1, 0, 1) for _ in w.doc_ids))
+            for w in windows
+        ]
+
+    def plan(judged, memo):
+        with_memo = sched.next_rubric_windows(ids, judged, fit=fit, memo=memo, **kwargs)
+        assert with_memo == sched.next_rubric_windows(ids, judged, **kwargs)
+        return with_memo
+
+    calls, _ = _walk_with_memo(plan, judge)
+    assert len(calls) == 2 and len(fits) == 1
