@@ -12,7 +12,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -561,19 +561,17 @@ def next_tournament_windows(
     if missing := _missing(planned, judged):
         return missing
     asked = [judged[w.seq] for w in planned]
-    stratified = memo.get("stratified")
-    if stratified is None or stratified[0] != asked:
-        rng = random.Random()
-        rng.setstate(rng_state)
-        ability = fit(doc_ids, asked)
-        strata = stratified_windows(
-            doc_ids, ability, schedule.window, n_stratified, rng
-        )
-        stratified = memo["stratified"] = (
-            asked,
-            _mirrored(strata, "stratified", len(planned), schedule.mirror),
-        )
-    planned += stratified[1]
+    planned += _stratified_memo(
+        memo,
+        asked,
+        rng_state,
+        doc_ids,
+        fit,
+        schedule.window,
+        n_stratified,
+        len(planned),
+        schedule.mirror,
+    )
     if missing := _missing(planned, judged):
         return missing
     for batch in range(schedule.adaptive_batches_for(n)):
@@ -642,19 +640,45 @@ def next_rubric_windows(
     asked = [judged[w.seq] for w in planned]
     if not n_stratified or all(a.answers is None for a in asked):
         return []
+    return _missing(
+        _stratified_memo(
+            memo,
+            asked,
+            rng_state,
+            unit_ids,
+            fit,
+            schedule.window,
+            n_stratified,
+            len(planned),
+            False,
+        ),
+        judged,
+    )
+
+
+def _stratified_memo(
+    memo: dict,
+    asked: list,
+    rng_state: Any,
+    ids: list,
+    fit: Any,
+    window: int,
+    n_stratified: int,
+    start: int,
+    mirror: bool,
+) -> list:
+    """The stratified phase's windows, fitted from the random phase's answers once
+    and kept in the unit's memo until those answers change."""
     stratified = memo.get("stratified")
     if stratified is None or stratified[0] != asked:
         rng = random.Random()
         rng.setstate(rng_state)
-        scores = fit(unit_ids, asked)
-        strata = stratified_windows(
-            unit_ids, scores, schedule.window, n_stratified, rng
-        )
+        strata = stratified_windows(ids, fit(ids, asked), window, n_stratified, rng)
         stratified = memo["stratified"] = (
             asked,
-            _mirrored(strata, "stratified", len(planned), False),
+            _mirrored(strata, "stratified", start, mirror),
         )
-    return _missing(stratified[1], judged)
+    return stratified[1]
 
 
 def _run(

@@ -297,19 +297,7 @@ def test_answers_stored_together_are_each_fenced_by_their_own_claim(
     )
     job = services.job_create(dataset=tiny, judge=judge, queue=False)
     run = services.job_claim(job_id=job.pk)
-    windows = [
-        JudgmentWindow.objects.create(
-            family=job.family,
-            judge=judge,
-            job=job,
-            query=Query.objects.get(external_id="q1"),
-            stage="tournament",
-            phase="random",
-            seq=seq,
-            doc_ids=["d1", "d2"],
-        )
-        for seq in range(4)
-    ]
+    windows = _windows(job, judge, 4)
     ids = [w.pk for w in windows]
     claim = dict(job_id=job.pk, job_token=run, reask=set())
     assert (
@@ -370,19 +358,7 @@ def test_multi_row_window_writes_lock_rows_in_id_order(tiny, statement):
     )
     job = services.job_create(dataset=tiny, judge=judge, queue=False)
     run = services.job_claim(job_id=job.pk)
-    low, high = (
-        JudgmentWindow.objects.create(
-            family=job.family,
-            judge=judge,
-            job=job,
-            query=Query.objects.get(external_id="q1"),
-            stage="tournament",
-            phase="random",
-            seq=seq,
-            doc_ids=["d1", "d2"],
-        ).pk
-        for seq in range(2)
-    )
+    low, high = (w.pk for w in _windows(job, judge, 2))
     services.windows_claim(
         window_ids=[low, high],
         job_id=job.pk,
@@ -464,3 +440,21 @@ def test_stage_a_units_are_planned_and_claimed_first_in_every_lanes_share(tiny):
         for _ in range(6)
     ]
     assert [u.stage for u in claimed] == ["tournament"] * 3 + ["rubric"] * 3
+
+
+def _windows(job, judge, n: int) -> list:
+    """``n`` tournament windows of query q1 in the job's family, seq 0..n-1."""
+    query = Query.objects.get(external_id="q1")
+    return [
+        JudgmentWindow.objects.create(
+            family=job.family,
+            judge=judge,
+            job=job,
+            query=query,
+            stage="tournament",
+            phase="random",
+            seq=seq,
+            doc_ids=["d1", "d2"],
+        )
+        for seq in range(n)
+    ]
